@@ -1,0 +1,22 @@
+# `cmake --install` puts headers, the library, a CMake package (find_package(tdist))
+# and a pkg-config file (pkg-config --cflags --libs tdist) under the prefix.
+include(CMakePackageConfigHelpers)
+set(TDIST_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/tdist)
+
+install(TARGETS tdist EXPORT tdistTargets
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(DIRECTORY include/tdist DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(EXPORT tdistTargets NAMESPACE tdist:: DESTINATION ${TDIST_CMAKE_DIR})
+
+configure_package_config_file(cmake/tdistConfig.cmake.in
+  ${CMAKE_CURRENT_BINARY_DIR}/tdistConfig.cmake INSTALL_DESTINATION ${TDIST_CMAKE_DIR})
+write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/tdistConfigVersion.cmake
+  COMPATIBILITY SameMajorVersion)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/tdistConfig.cmake
+              ${CMAKE_CURRENT_BINARY_DIR}/tdistConfigVersion.cmake
+        DESTINATION ${TDIST_CMAKE_DIR})
+
+configure_file(cmake/tdist.pc.in ${CMAKE_CURRENT_BINARY_DIR}/tdist.pc @ONLY)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/tdist.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -1,0 +1,78 @@
+// Errors: the one small exception hierarchy every tdist call throws from.
+//
+// Error            anything tdist reports (base class; catch this to catch all)
+//  InvalidArgument bad input found before anything was sent: a wrong rank, dtype, op,
+//                  size or setting; the message says what was expected and what found
+//  TimeoutError    a deadline passed: the message names the operation, the peer or
+//                  address waited on, and the timeout
+//  PeerError       a peer died, a connection broke or sent nonsense (I/O failure)
+//  DesyncError     ranks disagree on what they are doing (different op, size, dtype)
+//
+// Messages are built with TDIST_THROW, which appends the source location. Thread-safe:
+// these are plain value types.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace tdist {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class InvalidArgument : public Error {
+ public:
+  using Error::Error;
+};
+
+class TimeoutError : public Error {
+ public:
+  using Error::Error;
+};
+
+class PeerError : public Error {
+ public:
+  using Error::Error;
+};
+
+class DesyncError : public Error {
+ public:
+  using Error::Error;
+};
+
+namespace detail {
+
+// Concatenates anything with an operator<< into one string.
+template <typename... Args>
+std::string str_cat(Args&&... args) {
+  std::ostringstream out;
+  (out << ... << std::forward<Args>(args));
+  return out.str();
+}
+
+// Strips the directories from a __FILE__ path.
+constexpr const char* base_name(const char* path) {
+  const char* base = path;
+  for (const char* p = path; *p != '\0'; ++p) {
+    if (*p == '/') base = p + 1;
+  }
+  return base;
+}
+
+}  // namespace detail
+}  // namespace tdist
+
+// Throws `Type` with the concatenated message and " (file.cc:123)" appended.
+#define TDIST_THROW(Type, ...)                                                         \
+  throw Type(::tdist::detail::str_cat(__VA_ARGS__, " (", ::tdist::detail::base_name(__FILE__), \
+                                      ":", __LINE__, ")"))
+
+// Throws `Type` with the message when `cond` is false.
+#define TDIST_CHECK(cond, Type, ...) \
+  do {                               \
+    if (!(cond)) TDIST_THROW(Type, __VA_ARGS__); \
+  } while (false)

@@ -1,0 +1,102 @@
+// The one registry of TDIST_* environment settings. Add new settings here, sorted.
+#include "tdist/settings.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+#include "tdist/error.h"
+
+namespace tdist {
+namespace {
+
+constexpr auto kSettings = std::to_array<Setting>({
+    {"TDIST_LOG_LEVEL", "warn", "log level: trace, debug, info, warn, error or off"},
+    {"TDIST_REDUCE_ISA", "auto",
+     "reduction kernels to use: auto (best the CPU has), avx512, avx2, sse4 or scalar"},
+    {"TDIST_STORE_CONNECT_TIMEOUT", "300",
+     "seconds a store client keeps retrying to connect before it gives up"},
+    {"TDIST_STORE_MAX_CONNECTIONS", "65536",
+     "most client connections a TCPStore server accepts at once"},
+    {"TDIST_STORE_MAX_KEY_BYTES", "4096", "largest key a TCPStore server accepts, in bytes"},
+    {"TDIST_STORE_MAX_VALUE_BYTES", "268435456",
+     "largest value a TCPStore server accepts, in bytes (256 MiB)"},
+    {"TDIST_STORE_TIMEOUT", "300", "default seconds a store get/wait blocks before TimeoutError"},
+    {"TDIST_TIMEOUT", "1800",
+     "default seconds a process group's blocking operations wait (init_process_group's timeout)"},
+});
+
+bool sorted_by_name() {
+  return std::is_sorted(kSettings.begin(), kSettings.end(),
+                        [](const Setting& a, const Setting& b) { return a.name < b.name; });
+}
+
+std::string value_of(std::string_view name) {
+  const Setting& s = find_setting(name);
+  std::string v = env_string(std::string(name).c_str());
+  return v.empty() ? std::string(s.default_value) : v;
+}
+
+[[noreturn]] void bad_value(std::string_view name, const std::string& value, const char* want) {
+  TDIST_THROW(InvalidArgument, "environment setting ", name, "='", value, "' is not ", want);
+}
+
+}  // namespace
+
+std::span<const Setting> all_settings() {
+  static const bool ok = sorted_by_name();
+  (void)ok;
+  return kSettings;
+}
+
+const Setting& find_setting(std::string_view name) {
+  for (const Setting& s : kSettings) {
+    if (s.name == name) return s;
+  }
+  TDIST_THROW(InvalidArgument, "setting ", name, " is not declared in the settings registry");
+}
+
+std::string setting_string(std::string_view name) { return value_of(name); }
+
+int64_t setting_int(std::string_view name) {
+  std::string v = value_of(name);
+  char* end = nullptr;
+  errno = 0;
+  long long n = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno != 0) bad_value(name, v, "an integer");
+  return n;
+}
+
+double setting_double(std::string_view name) {
+  std::string v = value_of(name);
+  char* end = nullptr;
+  errno = 0;
+  double d = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || errno != 0 || !std::isfinite(d)) bad_value(name, v, "a number");
+  return d;
+}
+
+bool setting_bool(std::string_view name) {
+  std::string v = value_of(name);
+  std::string s;
+  for (char c : v) s += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
+  if (s == "0" || s == "false" || s == "no" || s == "off") return false;
+  bad_value(name, v, "a boolean (1/0, true/false, yes/no, on/off)");
+}
+
+std::chrono::milliseconds setting_seconds(std::string_view name) {
+  double secs = setting_double(name);
+  if (secs < 0) bad_value(name, value_of(name), "a non-negative number of seconds");
+  return std::chrono::milliseconds(static_cast<int64_t>(std::llround(secs * 1000.0)));
+}
+
+std::string env_string(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? std::string() : std::string(v);
+}
+
+}  // namespace tdist
