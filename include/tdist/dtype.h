@@ -11,22 +11,26 @@ namespace tdist {
 
 enum class DType : uint8_t { kF32, kF64, kF16, kBF16, kI8, kU8, kI32, kI64, kBool };
 
-inline constexpr DType kAllDTypes[] = {DType::kF32, DType::kF64, DType::kF16,
-                                       DType::kBF16, DType::kI8, DType::kU8,
-                                       DType::kI32, DType::kI64, DType::kBool};
+inline constexpr DType kAllDTypes[] = {DType::kF32,  DType::kF64, DType::kF16,
+                                       DType::kBF16, DType::kI8,  DType::kU8,
+                                       DType::kI32,  DType::kI64, DType::kBool};
 
 // Size of one element in bytes.
 constexpr size_t dtype_size(DType t) {
   switch (t) {
     case DType::kF64:
-    case DType::kI64: return 8;
+    case DType::kI64:
+      return 8;
     case DType::kF32:
-    case DType::kI32: return 4;
+    case DType::kI32:
+      return 4;
     case DType::kF16:
-    case DType::kBF16: return 2;
+    case DType::kBF16:
+      return 2;
     case DType::kI8:
     case DType::kU8:
-    case DType::kBool: return 1;
+    case DType::kBool:
+      return 1;
   }
   return 0;
 }

@@ -67,12 +67,12 @@ constexpr const char* base_name(const char* path) {
 }  // namespace tdist
 
 // Throws `Type` with the concatenated message and " (file.cc:123)" appended.
-#define TDIST_THROW(Type, ...)                                                         \
+#define TDIST_THROW(Type, ...)                                                                 \
   throw Type(::tdist::detail::str_cat(__VA_ARGS__, " (", ::tdist::detail::base_name(__FILE__), \
                                       ":", __LINE__, ")"))
 
 // Throws `Type` with the message when `cond` is false.
-#define TDIST_CHECK(cond, Type, ...) \
-  do {                               \
+#define TDIST_CHECK(cond, Type, ...)             \
+  do {                                           \
     if (!(cond)) TDIST_THROW(Type, __VA_ARGS__); \
   } while (false)

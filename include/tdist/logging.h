@@ -44,7 +44,7 @@ class LogLine {
 }  // namespace tdist
 
 // TDIST_LOG(kWarn) << "text " << value;   (the arguments are not evaluated when off)
-#define TDIST_LOG(level)                                          \
-  if (!::tdist::log_enabled(::tdist::LogLevel::level)) {          \
-  } else                                                          \
+#define TDIST_LOG(level)                                 \
+  if (!::tdist::log_enabled(::tdist::LogLevel::level)) { \
+  } else                                                 \
     ::tdist::detail::LogLine(::tdist::LogLevel::level)

@@ -32,6 +32,7 @@ class PrefixStore : public Store {
 
  private:
   std::string key_of(const std::string& key) const;
+  std::vector<std::string> keys_of(const std::vector<std::string>& keys) const;
   std::string prefix_;
   std::shared_ptr<Store> base_;
 };

@@ -20,9 +20,9 @@ namespace tdist {
 enum class ReduceOpKind : uint8_t { kSum, kProd, kMin, kMax, kAvg, kBand, kBor, kBxor, kPremulSum };
 
 inline constexpr ReduceOpKind kAllReduceOpKinds[] = {
-    ReduceOpKind::kSum,  ReduceOpKind::kProd, ReduceOpKind::kMin,
-    ReduceOpKind::kMax,  ReduceOpKind::kAvg,  ReduceOpKind::kBand,
-    ReduceOpKind::kBor,  ReduceOpKind::kBxor, ReduceOpKind::kPremulSum};
+    ReduceOpKind::kSum, ReduceOpKind::kProd, ReduceOpKind::kMin,
+    ReduceOpKind::kMax, ReduceOpKind::kAvg,  ReduceOpKind::kBand,
+    ReduceOpKind::kBor, ReduceOpKind::kBxor, ReduceOpKind::kPremulSum};
 
 struct ReduceOp {
   ReduceOpKind kind = ReduceOpKind::kSum;

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs the Debian packages tdist builds and tests with, only those that are missing.
+# Usage: bash scripts/setup.sh   (as root, or with sudo available)
+set -euo pipefail
+
+packages=(build-essential cmake pkg-config clang libgtest-dev libgmock-dev libbenchmark-dev
+          libssl-dev)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all packages present"
+fi

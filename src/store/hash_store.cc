@@ -1,0 +1,176 @@
+// HashStore: the in-process Store. One map guarded by one mutex; a condition variable wakes
+// blocked get/wait/multi_get whenever a key is written. Waits end at their Deadline
+// (Deadline::never() waits forever) with a TimeoutError naming the missing keys.
+#include "tdist/hash_store.h"
+
+#include <condition_variable>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "tdist/error.h"
+
+namespace tdist {
+namespace {
+
+// Parses a decimal integer value for add(); throws InvalidArgument when it is not one.
+int64_t parse_counter(const std::string& key, const Bytes& value) {
+  const std::string text = to_string(value);
+  size_t pos = 0;
+  long long parsed = 0;
+  try {
+    parsed = std::stoll(text, &pos, 10);
+  } catch (const std::exception&) {
+    pos = std::string::npos;
+  }
+  TDIST_CHECK(pos == text.size() && !text.empty(), InvalidArgument, "HashStore::add: key '",
+              key, "' holds '", text, "', which is not a decimal integer");
+  return parsed;
+}
+
+int64_t checked_add(const std::string& key, int64_t a, int64_t b) {
+  int64_t sum = 0;
+  TDIST_CHECK(!__builtin_add_overflow(a, b, &sum), InvalidArgument, "HashStore::add: key '", key,
+              "' overflows int64 (", a, " + ", b, ")");
+  return sum;
+}
+
+}  // namespace
+
+struct HashStore::State {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::unordered_map<std::string, Bytes> map;  // guarded by mu
+
+  // The first of `keys` not in the map, or nullptr when all are present. Needs mu held.
+  const std::string* first_missing(const std::vector<std::string>& keys) const {
+    for (const auto& key : keys) {
+      if (map.find(key) == map.end()) return &key;
+    }
+    return nullptr;
+  }
+
+  // Blocks (with `lock` held on entry and exit) until every key exists; TimeoutError at
+  // the deadline naming the keys still missing.
+  void wait_for(std::unique_lock<std::mutex>& lock, const std::vector<std::string>& keys,
+                Deadline deadline, const char* op) {
+    const auto start = Clock::now();
+    auto ready = [&] { return first_missing(keys) == nullptr; };
+    if (deadline.is_never()) {
+      cv.wait(lock, ready);
+      return;
+    }
+    if (cv.wait_until(lock, deadline.time(), ready)) return;
+    std::string missing;
+    for (const auto& key : keys) {
+      if (map.find(key) != map.end()) continue;
+      if (!missing.empty()) missing += ", ";
+      missing += "'" + key + "'";
+    }
+    const auto waited = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
+    TDIST_THROW(TimeoutError, "HashStore::", op, ": timed out after ", waited.count(),
+                " ms waiting for key(s) ", missing);
+  }
+};
+
+HashStore::HashStore(std::chrono::milliseconds timeout)
+    : Store(timeout), state_(std::make_unique<State>()) {}
+
+HashStore::~HashStore() = default;
+
+void HashStore::do_set(const std::string& key, const Bytes& value) {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->map[key] = value;
+  }
+  state_->cv.notify_all();
+}
+
+Bytes HashStore::do_get(const std::string& key, Deadline deadline) {
+  std::unique_lock<std::mutex> lock(state_->mu);
+  state_->wait_for(lock, {key}, deadline, "get");
+  return state_->map.at(key);
+}
+
+int64_t HashStore::do_add(const std::string& key, int64_t delta) {
+  int64_t result = 0;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    auto it = state_->map.find(key);
+    const int64_t current = it == state_->map.end() ? 0 : parse_counter(key, it->second);
+    result = checked_add(key, current, delta);
+    state_->map[key] = to_bytes(std::to_string(result));
+  }
+  state_->cv.notify_all();
+  return result;
+}
+
+Bytes HashStore::do_compare_set(const std::string& key, const Bytes& expected,
+                                const Bytes& desired) {
+  std::unique_lock<std::mutex> lock(state_->mu);
+  auto it = state_->map.find(key);
+  if (it == state_->map.end()) {
+    if (!expected.empty()) return expected;
+    state_->map.emplace(key, desired);
+  } else if (it->second == expected) {
+    it->second = desired;
+  } else {
+    return it->second;
+  }
+  lock.unlock();
+  state_->cv.notify_all();
+  return desired;
+}
+
+bool HashStore::do_check(const std::vector<std::string>& keys) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->first_missing(keys) == nullptr;
+}
+
+void HashStore::do_wait(const std::vector<std::string>& keys, Deadline deadline) {
+  std::unique_lock<std::mutex> lock(state_->mu);
+  state_->wait_for(lock, keys, deadline, "wait");
+}
+
+bool HashStore::do_delete_key(const std::string& key) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->map.erase(key) > 0;
+}
+
+int64_t HashStore::do_num_keys() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return static_cast<int64_t>(state_->map.size());
+}
+
+void HashStore::do_append(const std::string& key, const Bytes& value) {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    Bytes& current = state_->map[key];
+    current.insert(current.end(), value.begin(), value.end());
+  }
+  state_->cv.notify_all();
+}
+
+std::vector<Bytes> HashStore::do_multi_get(const std::vector<std::string>& keys,
+                                           Deadline deadline) {
+  std::unique_lock<std::mutex> lock(state_->mu);
+  state_->wait_for(lock, keys, deadline, "multi_get");
+  std::vector<Bytes> values;
+  values.reserve(keys.size());
+  for (const auto& key : keys) values.push_back(state_->map.at(key));
+  return values;
+}
+
+void HashStore::do_multi_set(const std::vector<std::string>& keys,
+                             const std::vector<Bytes>& values) {
+  TDIST_CHECK(keys.size() == values.size(), InvalidArgument, "HashStore::multi_set: ",
+              keys.size(), " keys but ", values.size(), " values");
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    for (size_t i = 0; i < keys.size(); ++i) state_->map[keys[i]] = values[i];
+  }
+  state_->cv.notify_all();
+}
+
+}  // namespace tdist
