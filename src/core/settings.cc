@@ -27,6 +27,9 @@ constexpr auto kSettings = std::to_array<Setting>({
     {"TDIST_STORE_TIMEOUT", "300", "default seconds a store get/wait blocks before TimeoutError"},
     {"TDIST_TIMEOUT", "1800",
      "default seconds a process group's blocking operations wait (init_process_group's timeout)"},
+    {"TDIST_USE_AGENT_STORE", "0",
+     "1 when the launcher hosts the TCPStore at MASTER_ADDR:MASTER_PORT and rank 0 only connects "
+     "(torch: TORCHELASTIC_USE_AGENT_STORE)"},
 });
 
 bool sorted_by_name() {

@@ -4,39 +4,14 @@
 #include "tdist/hash_store.h"
 
 #include <condition_variable>
-#include <limits>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 
+#include "store/store_internal.h"
 #include "tdist/error.h"
 
 namespace tdist {
-namespace {
-
-// Parses a decimal integer value for add(); throws InvalidArgument when it is not one.
-int64_t parse_counter(const std::string& key, const Bytes& value) {
-  const std::string text = to_string(value);
-  size_t pos = 0;
-  long long parsed = 0;
-  try {
-    parsed = std::stoll(text, &pos, 10);
-  } catch (const std::exception&) {
-    pos = std::string::npos;
-  }
-  TDIST_CHECK(pos == text.size() && !text.empty(), InvalidArgument, "HashStore::add: key '",
-              key, "' holds '", text, "', which is not a decimal integer");
-  return parsed;
-}
-
-int64_t checked_add(const std::string& key, int64_t a, int64_t b) {
-  int64_t sum = 0;
-  TDIST_CHECK(!__builtin_add_overflow(a, b, &sum), InvalidArgument, "HashStore::add: key '", key,
-              "' overflows int64 (", a, " + ", b, ")");
-  return sum;
-}
-
-}  // namespace
 
 struct HashStore::State {
   std::mutex mu;
@@ -62,15 +37,11 @@ struct HashStore::State {
       return;
     }
     if (cv.wait_until(lock, deadline.time(), ready)) return;
-    std::string missing;
+    std::vector<std::string> missing;
     for (const auto& key : keys) {
-      if (map.find(key) != map.end()) continue;
-      if (!missing.empty()) missing += ", ";
-      missing += "'" + key + "'";
+      if (map.find(key) == map.end()) missing.push_back(key);
     }
-    const auto waited = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
-    TDIST_THROW(TimeoutError, "HashStore::", op, ": timed out after ", waited.count(),
-                " ms waiting for key(s) ", missing);
+    store_internal::throw_wait_timeout("HashStore", op, missing, start);
   }
 };
 
@@ -98,8 +69,8 @@ int64_t HashStore::do_add(const std::string& key, int64_t delta) {
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     auto it = state_->map.find(key);
-    const int64_t current = it == state_->map.end() ? 0 : parse_counter(key, it->second);
-    result = checked_add(key, current, delta);
+    const Bytes* current = it == state_->map.end() ? nullptr : &it->second;
+    result = store_internal::add_to_counter("HashStore", key, current, delta);
     state_->map[key] = to_bytes(std::to_string(result));
   }
   state_->cv.notify_all();
@@ -164,8 +135,8 @@ std::vector<Bytes> HashStore::do_multi_get(const std::vector<std::string>& keys,
 
 void HashStore::do_multi_set(const std::vector<std::string>& keys,
                              const std::vector<Bytes>& values) {
-  TDIST_CHECK(keys.size() == values.size(), InvalidArgument, "HashStore::multi_set: ",
-              keys.size(), " keys but ", values.size(), " values");
+  TDIST_CHECK(keys.size() == values.size(), InvalidArgument, "HashStore::multi_set: ", keys.size(),
+              " keys but ", values.size(), " values");
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     for (size_t i = 0; i < keys.size(); ++i) state_->map[keys[i]] = values[i];

@@ -76,8 +76,8 @@ std::vector<Bytes> PrefixStore::do_multi_get(const std::vector<std::string>& key
 
 void PrefixStore::do_multi_set(const std::vector<std::string>& keys,
                                const std::vector<Bytes>& values) {
-  TDIST_CHECK(keys.size() == values.size(), InvalidArgument, "PrefixStore::multi_set: ",
-              keys.size(), " keys but ", values.size(), " values");
+  TDIST_CHECK(keys.size() == values.size(), InvalidArgument,
+              "PrefixStore::multi_set: ", keys.size(), " keys but ", values.size(), " values");
   base_->multi_set(keys_of(keys), values);
 }
 

@@ -1,0 +1,80 @@
+// The registry of backend factories (backend.h).
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "tdist/backend.h"
+#include "tdist/error.h"
+
+namespace tdist {
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, BackendFactory> factories;  // guarded by mu; keys lower-case
+};
+
+Registry& registry() {
+  static Registry* r = new Registry();  // never destroyed: usable from static destructors
+  return *r;
+}
+
+std::string normalize(const std::string& name) {
+  std::string out;
+  for (char c : name) out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string list(const std::map<std::string, BackendFactory>& factories) {
+  if (factories.empty()) return "(none)";
+  std::string out;
+  for (const auto& [name, factory] : factories) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
+}  // namespace
+
+void register_backend(const std::string& name, BackendFactory factory) {
+  const bool bad_char = std::any_of(name.begin(), name.end(), [](char c) {
+    return c == ':' || c == ',' || std::isspace(static_cast<unsigned char>(c)) != 0;
+  });
+  TDIST_CHECK(!name.empty() && !bad_char, InvalidArgument, "register_backend: name '", name,
+              "' is invalid; use a non-empty name without spaces, ':' or ','");
+  TDIST_CHECK(factory != nullptr, InvalidArgument, "register_backend: the factory of '", name,
+              "' is empty");
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  const std::string key = normalize(name);
+  TDIST_CHECK(r.factories.count(key) == 0, InvalidArgument, "register_backend: backend '", key,
+              "' is already registered");
+  r.factories.emplace(key, std::move(factory));
+}
+
+bool has_backend(const std::string& name) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return r.factories.count(normalize(name)) != 0;
+}
+
+std::vector<std::string> registered_backends() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<std::string> names;
+  for (const auto& [name, factory] : r.factories) names.push_back(name);
+  return names;
+}
+
+BackendFactory backend_factory(const std::string& name) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.factories.find(normalize(name));
+  if (it == r.factories.end()) {
+    TDIST_THROW(InvalidArgument, "backend '", name,
+                "' is not available; registered backends: ", list(r.factories));
+  }
+  return it->second;
+}
+
+}  // namespace tdist

@@ -1,0 +1,35 @@
+// Parsing of init methods (env://, tcp://, file://) and the launcher environment into a
+// plain InitSpec, without contacting anything. Internal to the rendezvous layer; unit
+// tests call it directly. Reads the environment on every call; thread-safe as getenv is.
+// Failures: InvalidArgument naming the variable, URL part or argument and the value.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tdist::rendezvous_detail {
+
+enum class InitScheme { kEnv, kTcp, kFile };
+
+struct InitSpec {
+  InitScheme scheme = InitScheme::kEnv;
+  std::string host;  // env:// and tcp://: the store's host (brackets of IPv6 removed)
+  uint16_t port = 0;
+  std::string path;  // file://: the store's file
+  int rank = -1;
+  int world_size = -1;
+  bool agent_store = false;  // the launcher hosts the TCPStore; rank 0 is only a client
+  std::string key_prefix;    // prefix of every key ("/worker/attempt_<n>" with the agent)
+};
+
+// Resolves `init_method` plus explicit rank / world_size (-1 = unspecified).
+InitSpec parse_init_method(const std::string& init_method, int rank, int world_size);
+
+// True when host is an IPv6 literal (contains ':').
+bool is_ipv6_literal(const std::string& host);
+
+// True when TDIST_USE_AGENT_STORE (or, when that is unset, TORCHELASTIC_USE_AGENT_STORE)
+// says the launcher hosts the store.
+bool use_agent_store();
+
+}  // namespace tdist::rendezvous_detail

@@ -1,0 +1,225 @@
+// StoreServer, part 2: decoding requests, applying them to the map, parking and
+// releasing GET/WAIT/MULTI_GET until their keys exist.
+#include <algorithm>
+
+#include "store/store_internal.h"
+#include "store/tcp_store_server.h"
+#include "tdist/error.h"
+
+namespace tdist::store_internal {
+
+using store_wire::Command;
+using store_wire::FrameWriter;
+using store_wire::PayloadReader;
+using store_wire::Status;
+
+FrameWriter StoreServer::reply(Connection& c, uint32_t request_id, Status status) {
+  mark_dirty(c);
+  return FrameWriter(c.out, static_cast<uint8_t>(status), request_id);
+}
+
+void StoreServer::handle(Connection& c, const store_wire::FrameHeader& h,
+                         std::span<const uint8_t> payload) {
+  PayloadReader r(payload, limits_);
+  const uint32_t id = h.request_id;
+  switch (static_cast<Command>(h.code)) {
+    case Command::kSet: {
+      std::string key = r.key();
+      Bytes value = r.value();
+      r.expect_end();
+      put(key, std::move(value));
+      reply(c, id).finish();
+      return;
+    }
+    case Command::kGet:
+    case Command::kWait:
+    case Command::kMultiGet: {
+      std::vector<std::string> keys;
+      if (static_cast<Command>(h.code) == Command::kGet) {
+        keys.push_back(r.key());
+      } else {
+        keys = r.keys();
+      }
+      r.expect_end();
+      park_or_complete(c, id, static_cast<Command>(h.code), std::move(keys));
+      return;
+    }
+    case Command::kAdd: {
+      std::string key = r.key();
+      int64_t delta = r.i64();
+      r.expect_end();
+      auto it = data_.find(key);
+      int64_t sum = 0;
+      try {
+        sum = add_to_counter("TCPStore", key, it == data_.end() ? nullptr : &it->second, delta);
+      } catch (const InvalidArgument& e) {
+        reply(c, id, Status::kError).bytes(std::string_view(e.what())).finish();
+        return;
+      }
+      put(key, to_bytes(std::to_string(sum)));
+      reply(c, id).i64(sum).finish();
+      return;
+    }
+    case Command::kCompareSet: {
+      std::string key = r.key();
+      Bytes expected = r.value();
+      Bytes desired = r.value();
+      r.expect_end();
+      auto it = data_.find(key);
+      if (it == data_.end()) {
+        if (expected.empty()) {
+          reply(c, id).bytes(desired).finish();
+          put(key, std::move(desired));
+        } else {
+          reply(c, id).bytes(expected).finish();
+        }
+      } else if (it->second == expected) {
+        it->second = std::move(desired);
+        reply(c, id).bytes(it->second).finish();
+      } else {
+        reply(c, id).bytes(it->second).finish();
+      }
+      return;
+    }
+    case Command::kCheck: {
+      std::vector<std::string> keys = r.keys();
+      r.expect_end();
+      bool all = std::all_of(keys.begin(), keys.end(),
+                             [this](const std::string& k) { return data_.contains(k); });
+      reply(c, id).u8(all ? 1 : 0).finish();
+      return;
+    }
+    case Command::kDelete: {
+      std::string key = r.key();
+      r.expect_end();
+      reply(c, id).u8(data_.erase(key) > 0 ? 1 : 0).finish();
+      return;
+    }
+    case Command::kNumKeys:
+      r.expect_end();
+      reply(c, id).i64(static_cast<int64_t>(data_.size())).finish();
+      return;
+    case Command::kAppend: {
+      std::string key = r.key();
+      Bytes value = r.value();
+      r.expect_end();
+      auto it = data_.find(key);
+      if (it != data_.end()) {
+        it->second.insert(it->second.end(), value.begin(), value.end());
+      } else {
+        put(key, std::move(value));
+      }
+      reply(c, id).finish();
+      return;
+    }
+    case Command::kMultiSet: {
+      uint32_t n = r.count(8);
+      std::vector<std::pair<std::string, Bytes>> items;
+      items.reserve(n);
+      for (uint32_t i = 0; i < n; ++i) {
+        std::string key = r.key();
+        items.emplace_back(std::move(key), r.value());
+      }
+      r.expect_end();  // apply nothing from a malformed request
+      for (auto& [key, value] : items) put(key, std::move(value));
+      reply(c, id).finish();
+      return;
+    }
+    case Command::kPing:
+      r.expect_end();
+      reply(c, id).finish();
+      return;
+    case Command::kCancel: {
+      uint32_t wait_id = r.u32();
+      r.expect_end();
+      std::vector<std::string> missing;
+      auto it = c.waits.find(wait_id);
+      bool parked = it != c.waits.end();
+      if (parked) {
+        for (const auto& k : it->second->keys) {
+          if (!data_.contains(k)) missing.push_back(k);
+        }
+        unpark(*it->second);
+        c.waits.erase(it);
+      }
+      reply(c, id).u8(parked ? 1 : 0).keys(missing).finish();
+      return;
+    }
+  }
+  TDIST_THROW(PeerError, "unknown command code ", static_cast<int>(h.code));
+}
+
+void StoreServer::put(const std::string& key, Bytes value) {
+  auto [it, created] = data_.insert_or_assign(key, std::move(value));
+  (void)it;
+  if (created) key_created(key);
+}
+
+void StoreServer::park_or_complete(Connection& c, uint32_t request_id, Command command,
+                                   std::vector<std::string> keys) {
+  if (c.waits.contains(request_id)) {
+    TDIST_THROW(PeerError, "request id ", request_id, " is already waiting");
+  }
+  auto w = std::make_shared<Waiter>(Waiter{c.id, request_id, command, std::move(keys)});
+  c.waits.emplace(request_id, w);
+  advance(w);
+}
+
+void StoreServer::key_created(const std::string& key) {
+  auto it = parked_.find(key);
+  if (it == parked_.end()) return;
+  std::vector<std::shared_ptr<Waiter>> waiters = std::move(it->second);
+  parked_.erase(it);
+  for (const auto& w : waiters) advance(w);
+}
+
+void StoreServer::advance(const std::shared_ptr<Waiter>& w) {
+  const size_t n = w->keys.size();
+  while (w->next < n && data_.contains(w->keys[w->next])) ++w->next;
+  if (w->next == n) {
+    // Keys seen earlier may have been deleted since; complete only when all exist now.
+    for (size_t i = 0; i < n; ++i) {
+      if (!data_.contains(w->keys[i])) {
+        w->next = i;
+        break;
+      }
+    }
+  }
+  if (w->next < n) {
+    parked_[w->keys[w->next]].push_back(w);
+    return;
+  }
+  Connection* c = find(w->conn_id);
+  if (c == nullptr) return;
+  complete(*c, *w);
+  c->waits.erase(w->request_id);  // may free *w
+}
+
+void StoreServer::complete(Connection& c, const Waiter& w) {
+  FrameWriter out = reply(c, w.request_id);
+  if (w.command == Command::kGet) {
+    out.bytes(data_.at(w.keys[0]));
+  } else if (w.command == Command::kMultiGet) {
+    out.u32(static_cast<uint32_t>(w.keys.size()));
+    for (const auto& k : w.keys) out.bytes(data_.at(k));
+  }
+  out.finish();
+}
+
+void StoreServer::unpark(const Waiter& w) {
+  if (w.next >= w.keys.size()) return;
+  auto it = parked_.find(w.keys[w.next]);
+  if (it == parked_.end()) return;
+  auto& list = it->second;
+  list.erase(std::remove_if(list.begin(), list.end(),
+                            [&w](const std::shared_ptr<Waiter>& p) { return p.get() == &w; }),
+             list.end());
+  if (list.empty()) parked_.erase(it);
+}
+
+void StoreServer::drop_waits(Connection& c) {
+  for (auto& [id, w] : c.waits) unpark(*w);
+  c.waits.clear();
+}
+
+}  // namespace tdist::store_internal

@@ -1,0 +1,277 @@
+// StoreServer, part 1: the event loop thread, accepting, reading frames, writing replies.
+#include "store/tcp_store_server.h"
+
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "tdist/error.h"
+#include "tdist/logging.h"
+#include "tdist/settings.h"
+
+namespace tdist {
+
+std::unique_ptr<TCPStoreServer> TCPStoreServer::start(const std::string& host, uint16_t port) {
+  return std::make_unique<store_internal::StoreServer>(host, port);
+}
+
+namespace store_internal {
+namespace {
+
+using store_wire::kHeaderBytes;
+using store_wire::kLengthBytes;
+
+constexpr size_t kReadChunk = 64 * 1024;
+constexpr size_t kMaxReadPerEvent = 4 * 1024 * 1024;     // then let other connections run
+constexpr size_t kPauseReadingBytes = 64 * 1024 * 1024;  // unsent replies that pause input
+constexpr size_t kSpareDescriptors = 64;  // listener, epoll, eventfd, the process's own
+
+// Raises the soft RLIMIT_NOFILE towards the hard limit when `needed` exceeds it.
+void raise_descriptor_limit(size_t needed) {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= needed) return;
+  rlim_t old = rl.rlim_cur;
+  rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? static_cast<rlim_t>(needed) : rl.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    TDIST_LOG(kDebug) << "TCPStore server: raised the open-file limit from " << old << " to "
+                      << rl.rlim_cur << " (" << needed << " wanted)";
+  }
+}
+
+}  // namespace
+
+StoreServer::StoreServer(const std::string& host, uint16_t port)
+    : limits_(store_wire::Limits::from_settings()),
+      max_connections_(
+          static_cast<size_t>(std::max<int64_t>(1, setting_int("TDIST_STORE_MAX_CONNECTIONS")))) {
+  raise_descriptor_limit(max_connections_ + kSpareDescriptors);
+  listener_ = net::listen_tcp(host, port);
+  port_ = listener_.port();
+  spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  loop_.add(listener_.fd.get(), EPOLLIN, [this](uint32_t) { on_accept(); });
+  loop_.set_after_batch([this] { flush_dirty(); });
+  thread_ = std::thread([this] {
+    try {
+      loop_.run();
+    } catch (const std::exception& e) {
+      TDIST_LOG(kError) << "TCPStore server on port " << port_ << " stopped: " << e.what();
+    }
+  });
+  TDIST_LOG(kDebug) << "TCPStore server listening on " << listener_.address.to_string();
+}
+
+StoreServer::~StoreServer() { stop(); }
+
+void StoreServer::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  loop_.stop();
+  if (thread_.joinable()) thread_.join();
+  conns_.clear();  // closes every client socket; the loop no longer runs
+  listener_.fd.reset();
+  parked_.clear();
+}
+
+Connection* StoreServer::find(uint64_t conn_id) {
+  auto it = conns_.find(conn_id);
+  return it == conns_.end() ? nullptr : it->second.get();
+}
+
+void StoreServer::on_accept() {
+  while (true) {
+    int error = 0;
+    net::Fd fd = net::accept_tcp(listener_.fd.get(), &error);
+    if (error == EMFILE || error == ENFILE) {
+      // Out of descriptors: accept with the spare one and close it, so the client sees a
+      // closed connection instead of waiting in the queue and the loop does not spin.
+      TDIST_LOG(kWarn) << "TCPStore server: out of file descriptors (" << conns_.size()
+                       << " connections); dropping a new connection";
+      spare_fd_.reset();
+      net::Fd dropped = net::accept_tcp(listener_.fd.get(), &error);
+      spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+      if (!dropped) return;
+      continue;
+    }
+    if (error != 0) {
+      TDIST_LOG(kWarn) << "TCPStore server: accept failed: " << net::errno_text(error);
+      return;
+    }
+    if (!fd) return;  // EAGAIN: the queue is empty
+    std::string peer = net::SocketAddress::peer_of(fd.get()).to_string();
+    if (conns_.size() >= max_connections_) {
+      TDIST_LOG(kWarn) << "TCPStore server: refusing connection from " << peer << ": "
+                       << conns_.size()
+                       << " clients connected, TDIST_STORE_MAX_CONNECTIONS=" << max_connections_;
+      continue;  // fd closes here
+    }
+    auto c = std::make_unique<Connection>();
+    c->id = next_conn_id_++;
+    c->fd = std::move(fd);
+    c->peer = std::move(peer);
+    c->events = EPOLLIN;
+    uint64_t id = c->id;
+    loop_.add(c->fd.get(), c->events, [this, id](uint32_t events) { on_events(id, events); });
+    TDIST_LOG(kTrace) << "TCPStore server: connection from " << c->peer;
+    conns_.emplace(id, std::move(c));
+  }
+}
+
+void StoreServer::on_events(uint64_t conn_id, uint32_t events) {
+  Connection* c = find(conn_id);
+  if (c == nullptr) return;
+  try {
+    if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0 && !read_input(*c)) return;
+    if ((events & EPOLLOUT) != 0) flush(*c);
+  } catch (const std::exception& e) {
+    close_connection(conn_id, std::string("internal error: ") + e.what(), /*warn=*/true);
+  }
+}
+
+bool StoreServer::read_input(Connection& c) {
+  uint8_t chunk[kReadChunk];
+  size_t total = 0;
+  while (total < kMaxReadPerEvent) {
+    ssize_t n = ::recv(c.fd.get(), chunk, sizeof(chunk), 0);
+    if (n > 0) {
+      total += static_cast<size_t>(n);
+      c.in.insert(c.in.end(), chunk, chunk + n);
+      if (!parse_frames(c)) return false;
+      continue;
+    }
+    if (n == 0) {
+      if (c.in.empty()) {
+        close_connection(c.id, "closed by the client", /*warn=*/false);
+      } else {
+        close_connection(c.id,
+                         "closed by the client in the middle of a frame (" +
+                             std::to_string(c.in.size()) + " bytes of it arrived)",
+                         /*warn=*/true);
+      }
+      return false;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+    close_connection(c.id, std::string("read failed: ") + net::errno_text(errno),
+                     /*warn=*/errno != ECONNRESET);
+    return false;
+  }
+  return true;
+}
+
+bool StoreServer::parse_frames(Connection& c) {
+  size_t pos = 0;
+  while (c.in.size() - pos >= kLengthBytes) {
+    uint32_t length = store_wire::peek_length(c.in.data() + pos);
+    if (length < kHeaderBytes - kLengthBytes) {
+      close_connection(
+          c.id, "malformed frame: length " + std::to_string(length) + " is shorter than a header",
+          /*warn=*/true);
+      return false;
+    }
+    if (length > limits_.max_frame_bytes()) {
+      close_connection(c.id,
+                       "frame of " + std::to_string(length) + " bytes exceeds the limit of " +
+                           std::to_string(limits_.max_frame_bytes()) +
+                           " (TDIST_STORE_MAX_VALUE_BYTES + 1 MiB)",
+                       /*warn=*/true);
+      return false;
+    }
+    // Incomplete: wait for more. (No reserve for the announced length: a client that
+    // announces 256 MiB and sends 10 bytes must not cost 256 MiB.)
+    if (c.in.size() - pos < kLengthBytes + length) break;
+    store_wire::FrameHeader h = store_wire::decode_header(c.in.data() + pos);
+    if (h.version != store_wire::kVersion) {
+      std::string why = "protocol version " + std::to_string(h.version) +
+                        " is not supported (this server speaks version " +
+                        std::to_string(store_wire::kVersion) + ")";
+      reply(c, h.request_id, store_wire::Status::kError).bytes(why).finish();
+      flush(c);
+      close_connection(c.id, why, /*warn=*/true);
+      return false;
+    }
+    std::span<const uint8_t> payload(c.in.data() + pos + kHeaderBytes, h.payload_size());
+    try {
+      handle(c, h, payload);
+    } catch (const PeerError& e) {
+      close_connection(
+          c.id,
+          std::string("malformed ") + store_wire::command_name(h.code) + " request: " + e.what(),
+          /*warn=*/true);
+      return false;
+    }
+    pos += kLengthBytes + length;
+  }
+  c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>(pos));
+  return true;
+}
+
+void StoreServer::mark_dirty(Connection& c) {
+  if (c.dirty) return;
+  c.dirty = true;
+  dirty_.push_back(c.id);
+}
+
+void StoreServer::flush_dirty() {
+  std::vector<uint64_t> ids;
+  ids.swap(dirty_);
+  for (uint64_t id : ids) {
+    Connection* c = find(id);
+    if (c == nullptr) continue;
+    c->dirty = false;
+    flush(*c);
+  }
+}
+
+void StoreServer::flush(Connection& c) {
+  while (c.out_start < c.out.size()) {
+    ssize_t n =
+        ::send(c.fd.get(), c.out.data() + c.out_start, c.out.size() - c.out_start, MSG_NOSIGNAL);
+    if (n >= 0) {
+      c.out_start += static_cast<size_t>(n);
+      continue;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+    close_connection(c.id, std::string("write failed: ") + net::errno_text(errno),
+                     /*warn=*/errno != EPIPE && errno != ECONNRESET);
+    return;
+  }
+  if (c.out_start == c.out.size()) {
+    c.out.clear();
+    c.out_start = 0;
+  } else if (c.out_start > c.out.size() / 2) {
+    c.out.erase(c.out.begin(), c.out.begin() + static_cast<std::ptrdiff_t>(c.out_start));
+    c.out_start = 0;
+  }
+  update_interest(c);
+}
+
+void StoreServer::update_interest(Connection& c) {
+  size_t pending = c.out.size() - c.out_start;
+  uint32_t want = (pending > kPauseReadingBytes ? 0u : uint32_t{EPOLLIN}) |
+                  (pending > 0 ? uint32_t{EPOLLOUT} : 0u);
+  if (want == c.events) return;
+  loop_.modify(c.fd.get(), want);
+  c.events = want;
+}
+
+void StoreServer::close_connection(uint64_t conn_id, const std::string& reason, bool warn) {
+  auto it = conns_.find(conn_id);
+  if (it == conns_.end()) return;
+  Connection& c = *it->second;
+  if (warn) {
+    TDIST_LOG(kWarn) << "TCPStore server: closing connection from " << c.peer << ": " << reason;
+  } else {
+    TDIST_LOG(kTrace) << "TCPStore server: connection from " << c.peer << " ended: " << reason;
+  }
+  drop_waits(c);
+  loop_.remove(c.fd.get());
+  conns_.erase(it);
+}
+
+}  // namespace store_internal
+}  // namespace tdist

@@ -1,0 +1,101 @@
+// StoreServer: the TCPStoreServer implementation (internal to src/store).
+//
+// One thread runs an EpollLoop; every connection, the key-value map and the parked
+// waits are touched only on that thread, so none of them needs a lock. Split in two
+// files by responsibility: tcp_store_server.cc accepts connections and moves bytes
+// (per-connection read buffer and write queue, EPOLLOUT only while output is pending);
+// tcp_store_commands.cc decodes requests, applies them to the map and answers or parks
+// them. A connection that breaks the protocol is closed with a warning naming the peer;
+// the others and the keys are unaffected.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "net/epoll_loop.h"
+#include "net/fd.h"
+#include "net/socket.h"
+#include "store/tcp_store_protocol.h"
+#include "tdist/store.h"
+#include "tdist/tcp_store.h"
+
+namespace tdist::store_internal {
+
+// A GET, WAIT or MULTI_GET waiting for keys. Parked under its first missing key.
+struct Waiter {
+  uint64_t conn_id;
+  uint32_t request_id;
+  store_wire::Command command;
+  std::vector<std::string> keys;
+  size_t next = 0;  // keys[0..next) were seen present
+};
+
+struct Connection {
+  uint64_t id = 0;
+  net::Fd fd;
+  std::string peer;          // "1.2.3.4:5678", for log lines
+  std::vector<uint8_t> in;   // bytes received, not yet parsed
+  std::vector<uint8_t> out;  // replies not yet written, from out_start on
+  size_t out_start = 0;
+  uint32_t events = 0;  // interest currently registered with epoll
+  bool dirty = false;   // in StoreServer::dirty_
+  std::unordered_map<uint32_t, std::shared_ptr<Waiter>> waits;  // parked, by request id
+};
+
+class StoreServer final : public TCPStoreServer {
+ public:
+  StoreServer(const std::string& host, uint16_t port);
+  ~StoreServer() override;
+  uint16_t port() const override { return port_; }
+  void stop() override;
+
+ private:
+  // tcp_store_server.cc: connections and bytes.
+  void on_accept();
+  void on_events(uint64_t conn_id, uint32_t events);
+  bool read_input(Connection& c);    // false when the connection was closed
+  bool parse_frames(Connection& c);  // false when the connection was closed
+  void flush(Connection& c);
+  void flush_dirty();
+  void update_interest(Connection& c);
+  void close_connection(uint64_t conn_id, const std::string& reason, bool warn);
+  Connection* find(uint64_t conn_id);
+  void mark_dirty(Connection& c);
+
+  // tcp_store_commands.cc: requests against the map.
+  // Handles one frame; throws PeerError for a malformed payload.
+  void handle(Connection& c, const store_wire::FrameHeader& h, std::span<const uint8_t> payload);
+  // Starts a reply frame in c's write queue; the caller adds the payload and finish()es.
+  store_wire::FrameWriter reply(Connection& c, uint32_t request_id,
+                                store_wire::Status status = store_wire::Status::kOk);
+  void park_or_complete(Connection& c, uint32_t request_id, store_wire::Command command,
+                        std::vector<std::string> keys);
+  void key_created(const std::string& key);
+  // Completes `w` if all its keys exist, else parks it under the first missing one.
+  void advance(const std::shared_ptr<Waiter>& w);
+  void complete(Connection& c, const Waiter& w);
+  void unpark(const Waiter& w);
+  void drop_waits(Connection& c);
+  void put(const std::string& key, Bytes value);
+
+  store_wire::Limits limits_;
+  size_t max_connections_;
+  net::Listener listener_;
+  uint16_t port_;
+  net::Fd spare_fd_;  // closed to accept-and-drop when out of descriptors
+  net::EpollLoop loop_;
+  std::unordered_map<uint64_t, std::unique_ptr<Connection>> conns_;
+  std::vector<uint64_t> dirty_;
+  uint64_t next_conn_id_ = 1;
+  std::unordered_map<std::string, Bytes> data_;
+  std::unordered_map<std::string, std::vector<std::shared_ptr<Waiter>>> parked_;
+  std::thread thread_;
+  bool stopped_ = false;  // owner thread only
+};
+
+}  // namespace tdist::store_internal

@@ -1,0 +1,113 @@
+// Helpers shared by the rendezvous tests and rendezvous_worker: a clean environment, a
+// free port, and a minimal test backend ("fake") registered through the public registry.
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tdist/backend.h"
+#include "tdist/error.h"
+#include "tdist/process_group.h"
+
+namespace tdist::rdzv_test {
+
+// Every variable the rendezvous layer reads.
+inline const std::vector<std::string>& rendezvous_env_vars() {
+  static const std::vector<std::string> kVars = {"MASTER_ADDR",
+                                                 "MASTER_PORT",
+                                                 "RANK",
+                                                 "WORLD_SIZE",
+                                                 "OMPI_COMM_WORLD_RANK",
+                                                 "OMPI_COMM_WORLD_SIZE",
+                                                 "PMI_RANK",
+                                                 "PMI_SIZE",
+                                                 "SLURM_PROCID",
+                                                 "SLURM_NTASKS",
+                                                 "TDIST_USE_AGENT_STORE",
+                                                 "TORCHELASTIC_USE_AGENT_STORE",
+                                                 "TORCHELASTIC_RESTART_COUNT",
+                                                 "TDIST_TIMEOUT"};
+  return kVars;
+}
+
+// Clears the rendezvous variables for the test's lifetime and restores them afterwards.
+class ScopedEnv {
+ public:
+  ScopedEnv() {
+    for (const std::string& name : rendezvous_env_vars()) {
+      const char* v = std::getenv(name.c_str());
+      saved_[name] = v == nullptr ? std::nullopt : std::optional<std::string>(v);
+      ::unsetenv(name.c_str());
+    }
+  }
+  ~ScopedEnv() {
+    for (const auto& [name, value] : saved_) {
+      if (value) {
+        ::setenv(name.c_str(), value->c_str(), 1);
+      } else {
+        ::unsetenv(name.c_str());
+      }
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+  void set(const std::string& name, const std::string& value) {
+    ::setenv(name.c_str(), value.c_str(), 1);
+  }
+
+ private:
+  std::map<std::string, std::optional<std::string>> saved_;
+};
+
+// A port that was free a moment ago (bound on every IPv4 address, then closed).
+inline uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  uint16_t port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+// The smallest possible backend: a ProcessGroup with no collectives.
+class FakeProcessGroup : public ProcessGroup {
+ public:
+  FakeProcessGroup(std::shared_ptr<Store> store, int rank, int size,
+                   std::chrono::milliseconds timeout)
+      : ProcessGroup(std::move(store), rank, size, timeout) {}
+  std::string backend_name() const override { return "fake"; }
+};
+
+inline constexpr char kFakeBackend[] = "fake";
+
+// Registers "fake" once per process.
+inline void register_fake_backend() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    register_backend(kFakeBackend, [](std::shared_ptr<Store> store, int rank, int world_size,
+                                      std::chrono::milliseconds timeout) {
+      return std::make_shared<FakeProcessGroup>(std::move(store), rank, world_size, timeout);
+    });
+  });
+}
+
+}  // namespace tdist::rdzv_test

@@ -1,0 +1,386 @@
+// TCPStore server and client: ports, connection failures, protocol abuse, timeouts that
+// leave the connection clean, many clients, and the connection limit. The Store
+// semantics themselves are checked by the conformance suite (conformance_tcp_test.cc).
+#include "tdist/tcp_store.h"
+
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "net/address.h"
+#include "net/socket.h"
+#include "store/tcp_store_protocol.h"
+#include "tdist/error.h"
+
+namespace tdist {
+namespace {
+
+using namespace std::chrono_literals;
+using store_wire::FrameWriter;
+
+constexpr auto kShort = 10s;  // bound for things that should happen promptly
+
+TCPStoreOptions client_options(uint16_t port) {
+  TCPStoreOptions o;
+  o.port = port;
+  o.connect_timeout = 10s;
+  o.timeout = 10s;
+  return o;
+}
+
+std::unique_ptr<TCPStore> connect(uint16_t port) {
+  return std::make_unique<TCPStore>("127.0.0.1", client_options(port));
+}
+
+std::string get_text(Store& s, const std::string& key) {
+  return to_string(s.get(key, Deadline::after(kShort)));
+}
+
+template <typename E, typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "(no exception)";
+}
+
+// True when the peer closes `fd` (EOF or reset) before the deadline; skips any bytes.
+bool closed_by_peer(int fd, Deadline deadline) {
+  char buf[4096];
+  while (net::wait_fd(fd, POLLIN, deadline)) {
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n == 0 || (n < 0 && errno == ECONNRESET)) return true;
+    if (n < 0 && errno != EAGAIN && errno != EINTR) return true;
+  }
+  return false;
+}
+
+uint16_t unused_port() {
+  net::Listener l = net::listen_tcp("127.0.0.1", 0);
+  return l.port();  // closed on return: nothing listens there now
+}
+
+TEST(NetAddress, ParsesHostPortForms) {
+  EXPECT_EQ(net::parse_host_port("node1:29500").host, "node1");
+  EXPECT_EQ(net::parse_host_port("node1:29500").port, 29500);
+  EXPECT_EQ(net::parse_host_port("[::1]:80").host, "::1");
+  EXPECT_EQ(net::parse_host_port("[::1]:80").port, 80);
+  EXPECT_EQ(net::parse_host_port(":7").host, "");
+  EXPECT_THROW(net::parse_host_port("node1"), InvalidArgument);
+  EXPECT_THROW(net::parse_host_port("::1:80"), InvalidArgument);
+  EXPECT_THROW(net::parse_host_port("h:70000"), InvalidArgument);
+  EXPECT_THROW(net::parse_host_port("[::1]80"), InvalidArgument);
+  EXPECT_EQ(net::format_host_port("::1", 5), "[::1]:5");
+  EXPECT_EQ(net::format_host_port("10.0.0.1", 5), "10.0.0.1:5");
+}
+
+TEST(TCPStoreServer, PortZeroPublishesTheRealPort) {
+  auto server = TCPStoreServer::start("127.0.0.1", 0);
+  ASSERT_NE(server->port(), 0);
+  auto client = connect(server->port());
+  client->set("k", std::string_view("v"));
+  EXPECT_EQ(get_text(*client, "k"), "v");
+  EXPECT_EQ(client->port(), server->port());
+}
+
+TEST(TCPStoreServer, ServesIPv6AndDualStack) {
+  std::unique_ptr<TCPStoreServer> server;
+  try {
+    server = TCPStoreServer::start("::", 0);
+  } catch (const Error& e) {
+    GTEST_SKIP() << "no IPv6 here: " << e.what();
+  }
+  TCPStore v4("127.0.0.1", client_options(server->port()));
+  v4.set("k", std::string_view("v"));
+  try {
+    TCPStore v6("::1", client_options(server->port()));
+    EXPECT_EQ(get_text(v6, "k"), "v");
+  } catch (const TimeoutError& e) {
+    GTEST_SKIP() << "no IPv6 loopback: " << e.what();
+  }
+}
+
+TEST(TCPStoreServer, TakenPortNamesAddressAndPort) {
+  auto first = TCPStoreServer::start("127.0.0.1", 0);
+  const std::string port = std::to_string(first->port());
+  std::string what = error_of<Error>([&] { TCPStoreServer::start("127.0.0.1", first->port()); });
+  EXPECT_NE(what.find("127.0.0.1:" + port), std::string::npos) << what;
+  EXPECT_NE(what.find("already in use"), std::string::npos) << what;
+  TCPStoreOptions o = client_options(first->port());
+  o.is_server = true;
+  what = error_of<Error>([&] { TCPStore("127.0.0.1", o); });
+  EXPECT_NE(what.find("already in use"), std::string::npos) << what;
+}
+
+TEST(TCPStore, ServerOnTheWildcardAddressIsReachable) {
+  TCPStoreOptions o = client_options(0);
+  o.is_server = true;
+  TCPStore owner("0.0.0.0", o);
+  EXPECT_EQ(owner.host(), "0.0.0.0");
+  ASSERT_NE(owner.port(), 0);
+  owner.set("k", std::string_view("v"));
+  auto other = connect(owner.port());
+  EXPECT_EQ(get_text(*other, "k"), "v");
+}
+
+TEST(TCPStore, ConnectTimeoutNamesHostAndPort) {
+  const uint16_t port = unused_port();
+  TCPStoreOptions o = client_options(port);
+  o.connect_timeout = 500ms;
+  const auto start = Clock::now();
+  std::string what = error_of<TimeoutError>([&] { TCPStore("127.0.0.1", o); });
+  const auto took = Clock::now() - start;
+  EXPECT_NE(what.find("127.0.0.1:" + std::to_string(port)), std::string::npos) << what;
+  EXPECT_NE(what.find("refused"), std::string::npos) << what;
+  EXPECT_GE(took, 450ms);
+  EXPECT_LT(took, 2500ms);
+}
+
+TEST(TCPStore, ServerGoneRaisesPeerError) {
+  auto server = TCPStoreServer::start("127.0.0.1", 0);
+  auto idle = connect(server->port());
+  auto blocked = connect(server->port());
+  idle->set("k", std::string_view("v"));
+  std::string blocked_error;
+  std::thread waiter([&] {
+    blocked_error = error_of<PeerError>([&] { blocked->get("never", Deadline::after(30s)); });
+  });
+  std::this_thread::sleep_for(100ms);
+  const auto start = Clock::now();
+  server.reset();
+  waiter.join();
+  EXPECT_LT(Clock::now() - start, 5s);
+  EXPECT_NE(blocked_error.find("127.0.0.1:"), std::string::npos) << blocked_error;
+  std::string what = error_of<PeerError>([&] { idle->set("k", std::string_view("w")); });
+  EXPECT_NE(what.find("127.0.0.1:"), std::string::npos) << what;
+  // Later calls keep failing the same way instead of hanging.
+  EXPECT_THROW(idle->get("k", Deadline::after(1s)), PeerError);
+}
+
+// Each bad client is closed; a well-behaved client keeps its keys and carries on.
+class TCPStoreAbuse : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = TCPStoreServer::start("127.0.0.1", 0);
+    good_ = connect(server_->port());
+    good_->set("before", std::string_view("1"));
+  }
+
+  void expect_closed_and_unharmed(net::Fd bad) {
+    EXPECT_TRUE(closed_by_peer(bad.get(), Deadline::after(kShort)));
+    EXPECT_EQ(get_text(*good_, "before"), "1");
+    good_->set("after", std::string_view("2"));
+    EXPECT_EQ(get_text(*good_, "after"), "2");
+    auto fresh = connect(server_->port());
+    EXPECT_EQ(get_text(*fresh, "before"), "1");
+    EXPECT_EQ(fresh->num_keys(), 2);
+  }
+
+  net::Fd raw() { return net::connect_tcp("127.0.0.1", server_->port(), Deadline::after(kShort)); }
+
+  void send_bytes(int fd, const std::vector<uint8_t>& bytes) {
+    net::write_full(fd, bytes.data(), bytes.size(), Deadline::after(kShort), "server");
+  }
+
+  std::unique_ptr<TCPStoreServer> server_;
+  std::unique_ptr<TCPStore> good_;
+};
+
+TEST_F(TCPStoreAbuse, GarbageBytes) {
+  net::Fd bad = raw();
+  const std::string garbage = "GET / HTTP/1.1\r\nHost: example\r\n\r\n";
+  send_bytes(bad.get(), std::vector<uint8_t>(garbage.begin(), garbage.end()));
+  expect_closed_and_unharmed(std::move(bad));
+}
+
+TEST_F(TCPStoreAbuse, TruncatedFrameThenClose) {
+  net::Fd bad = raw();
+  std::vector<uint8_t> frame;
+  FrameWriter(frame, static_cast<uint8_t>(store_wire::Command::kSet), 1)
+      .bytes(std::string_view("truncated"))
+      .bytes(std::string_view("value"))
+      .finish();
+  frame.resize(frame.size() - 3);
+  send_bytes(bad.get(), frame);
+  ::shutdown(bad.get(), SHUT_WR);
+  expect_closed_and_unharmed(std::move(bad));
+  EXPECT_FALSE(good_->check({"truncated"}));
+}
+
+TEST_F(TCPStoreAbuse, MalformedPayload) {
+  net::Fd bad = raw();
+  std::vector<uint8_t> frame;
+  // A key whose size field points past the end of the frame.
+  FrameWriter(frame, static_cast<uint8_t>(store_wire::Command::kSet), 1).u32(1000).finish();
+  send_bytes(bad.get(), frame);
+  expect_closed_and_unharmed(std::move(bad));
+}
+
+TEST_F(TCPStoreAbuse, UnknownCommand) {
+  net::Fd bad = raw();
+  std::vector<uint8_t> frame;
+  FrameWriter(frame, 200, 1).finish();
+  send_bytes(bad.get(), frame);
+  expect_closed_and_unharmed(std::move(bad));
+}
+
+TEST_F(TCPStoreAbuse, BadVersionGetsAnErrorReplyThenClose) {
+  net::Fd bad = raw();
+  std::vector<uint8_t> frame;
+  FrameWriter(frame, static_cast<uint8_t>(store_wire::Command::kPing), 7).finish();
+  frame[4] = 99;  // the version byte
+  send_bytes(bad.get(), frame);
+  uint8_t header[store_wire::kHeaderBytes];
+  net::read_full(bad.get(), header, sizeof(header), Deadline::after(kShort), "server");
+  store_wire::FrameHeader h = store_wire::decode_header(header);
+  EXPECT_EQ(h.code, static_cast<uint8_t>(store_wire::Status::kError));
+  EXPECT_EQ(h.request_id, 7u);
+  expect_closed_and_unharmed(std::move(bad));
+}
+
+TEST_F(TCPStoreAbuse, OversizedFrame) {
+  net::Fd bad = raw();
+  std::vector<uint8_t> frame = {0xff, 0xff, 0xff, 0x7f, store_wire::kVersion, 1, 0, 0, 0, 0};
+  send_bytes(bad.get(), frame);
+  expect_closed_and_unharmed(std::move(bad));
+}
+
+TEST_F(TCPStoreAbuse, KeyOverTheLimit) {
+  net::Fd bad = raw();
+  std::vector<uint8_t> frame;
+  FrameWriter(frame, static_cast<uint8_t>(store_wire::Command::kSet), 1)
+      .bytes(std::string(store_wire::Limits::from_settings().max_key_bytes + 1, 'k'))
+      .bytes(std::string_view("v"))
+      .finish();
+  send_bytes(bad.get(), frame);
+  expect_closed_and_unharmed(std::move(bad));
+  EXPECT_THROW(good_->set(std::string(100'000, 'k'), std::string_view("v")), InvalidArgument);
+}
+
+TEST(TCPStore, TimedOutGetLeavesTheConnectionClean) {
+  auto server = TCPStoreServer::start("127.0.0.1", 0);
+  auto a = connect(server->port());
+  auto b = connect(server->port());
+  for (int round = 0; round < 20; ++round) {
+    const std::string key = "late" + std::to_string(round);
+    const auto start = Clock::now();
+    std::string what = error_of<TimeoutError>(
+        [&] { a->get(key, Deadline::after(std::chrono::milliseconds(20))); });
+    EXPECT_NE(what.find("'" + key + "'"), std::string::npos) << what;
+    EXPECT_LT(Clock::now() - start, 2s);
+    // The key arrives right after the timeout; the cancelled get must not answer later.
+    b->set(key, std::string_view("late value"));
+    a->set("fresh" + std::to_string(round), std::string_view("fresh value"));
+    EXPECT_EQ(get_text(*a, "fresh" + std::to_string(round)), "fresh value");
+    EXPECT_EQ(a->add("counter", 1), round + 1);
+    EXPECT_EQ(get_text(*a, key), "late value");
+  }
+  std::string what = error_of<TimeoutError>([&] {
+    a->wait({"late0", "missing1", "missing2"}, Deadline::after(50ms));
+  });
+  EXPECT_NE(what.find("'missing1', 'missing2'"), std::string::npos) << what;
+  EXPECT_EQ(what.find("late0"), std::string::npos) << what;
+  EXPECT_EQ(a->multi_get({"late0", "late1"}).size(), 2u);
+}
+
+TEST(TCPStore, SixtyFourClientsAddingConcurrently) {
+  auto server = TCPStoreServer::start("127.0.0.1", 0);
+  constexpr int kThreads = 64;
+  constexpr int kAdds = 50;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        auto client = connect(server->port());
+        for (int i = 0; i < kAdds; ++i) client->add("sum", t + 1);
+        client->add("done", 1);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << e.what();
+        ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  auto client = connect(server->port());
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(client->add("sum", 0), kAdds * kThreads * (kThreads + 1) / 2);
+  EXPECT_EQ(client->add("done", 0), kThreads);
+}
+
+TEST(TCPStore, WaitsAreReleasedBySetsFromAnotherClient) {
+  TCPStoreOptions o = client_options(0);
+  o.is_server = true;
+  TCPStore owner("127.0.0.1", o);
+  auto waiter_client = connect(owner.port());
+  std::atomic<bool> released{false};
+  std::thread waiter([&] {
+    waiter_client->wait({"x", "y"}, Deadline::after(kShort));
+    released = true;
+  });
+  std::this_thread::sleep_for(50ms);
+  owner.set("x", std::string_view("1"));
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(released.load());
+  owner.set("y", std::string_view("2"));
+  waiter.join();
+  EXPECT_TRUE(released.load());
+}
+
+TEST(TCPStore, WaitForWorkersHoldsEveryoneUntilAllJoined) {
+  auto server = TCPStoreServer::start("127.0.0.1", 0);
+  std::atomic<int> returned{0};
+  std::vector<std::thread> workers;
+  const auto start = Clock::now();
+  for (int i = 0; i < 3; ++i) {
+    workers.emplace_back([&, i] {
+      std::this_thread::sleep_for(i * 100ms);  // the last one joins at ~200 ms
+      TCPStoreOptions w = client_options(server->port());
+      w.num_workers = 3;
+      w.wait_for_workers = true;
+      TCPStore worker("127.0.0.1", w);
+      EXPECT_GE(Clock::now() - start, 190ms);
+      EXPECT_EQ(worker.add("/tdist/workers", 0), 3);
+      ++returned;
+    });
+  }
+  for (auto& t : workers) t.join();
+  EXPECT_EQ(returned.load(), 3);
+}
+
+TEST(TCPStore, MaxConnectionsIsRespected) {
+  ::setenv("TDIST_STORE_MAX_CONNECTIONS", "2", 1);
+  auto server = TCPStoreServer::start("127.0.0.1", 0);
+  ::unsetenv("TDIST_STORE_MAX_CONNECTIONS");
+  auto first = connect(server->port());
+  auto second = connect(server->port());
+  first->set("k", std::string_view("v"));
+  auto third = connect(server->port());  // accepted, then closed at once
+  EXPECT_THROW(third->get("k", Deadline::after(kShort)), PeerError);
+  EXPECT_EQ(get_text(*second, "k"), "v");
+  first.reset();  // frees a slot once the server sees the close
+  const Deadline deadline = Deadline::after(kShort);
+  bool joined = false;
+  while (!joined && !deadline.expired()) {
+    try {
+      auto fourth = connect(server->port());
+      joined = get_text(*fourth, "k") == "v";
+    } catch (const PeerError&) {
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+  EXPECT_TRUE(joined);
+}
+
+}  // namespace
+}  // namespace tdist
