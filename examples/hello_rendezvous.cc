@@ -45,8 +45,8 @@ int run_rank() {
   int64_t seen = rdzv.store->add("hello/seen", 0);
 
   if (rdzv.rank == 0) {
-    std::printf("%d processes met through the store (rank 0 joined in %.1f ms)\n",
-                rdzv.world_size, joined.count());
+    std::printf("%d processes met through the store (rank 0 joined in %.1f ms)\n", rdzv.world_size,
+                joined.count());
     for (int r = 0; r < rdzv.world_size; ++r) {
       std::printf("  rank %d: %s\n", r, tdist::to_string(all[static_cast<size_t>(r)]).c_str());
     }

@@ -38,8 +38,8 @@ class TCPStoreServer {
 };
 
 struct TCPStoreOptions {
-  uint16_t port = 0;            // the server's port; with is_server, 0 picks a free one
-  bool is_server = false;       // also start a server on host:port inside this object
+  uint16_t port = 0;               // the server's port; with is_server, 0 picks a free one
+  bool is_server = false;          // also start a server on host:port inside this object
   std::optional<int> num_workers;  // with wait_for_workers: clients to wait for
   bool wait_for_workers = false;   // constructor waits until num_workers clients joined
   std::chrono::milliseconds timeout = kDefaultStoreTimeout;  // default call timeout
@@ -59,14 +59,16 @@ class TCPStore : public Store {
   void do_set(const std::string& key, const Bytes& value) override;
   Bytes do_get(const std::string& key, Deadline deadline) override;
   int64_t do_add(const std::string& key, int64_t delta) override;
-  Bytes do_compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  Bytes do_compare_set(const std::string& key, const Bytes& expected,
+                       const Bytes& desired) override;
   bool do_check(const std::vector<std::string>& keys) override;
   void do_wait(const std::vector<std::string>& keys, Deadline deadline) override;
   bool do_delete_key(const std::string& key) override;
   int64_t do_num_keys() override;
   void do_append(const std::string& key, const Bytes& value) override;
   std::vector<Bytes> do_multi_get(const std::vector<std::string>& keys, Deadline deadline) override;
-  void do_multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+  void do_multi_set(const std::vector<std::string>& keys,
+                    const std::vector<Bytes>& values) override;
 
  private:
   struct Impl;
