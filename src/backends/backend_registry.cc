@@ -5,6 +5,7 @@
 #include <mutex>
 #include <utility>
 
+#include "backends/builtin.h"
 #include "tdist/backend.h"
 #include "tdist/error.h"
 
@@ -17,7 +18,13 @@ struct Registry {
 };
 
 Registry& registry() {
-  static Registry* r = new Registry();  // never destroyed: usable from static destructors
+  // Never destroyed: usable from static destructors. The built-in backends are added on
+  // first use (not by static initialisers, which a static library would drop).
+  static Registry* r = [] {
+    auto* reg = new Registry();
+    for (auto& [name, factory] : builtin_backends()) reg->factories.emplace(name, factory);
+    return reg;
+  }();
   return *r;
 }
 

@@ -1,23 +1,100 @@
-// ProcessGroup's common part (process_group.h).
+// ProcessGroup's common part (process_group.h): arguments, rank translation, and the
+// sub-group calls, which agree on membership through the group's store and then ask the
+// backend (make_subgroup) for a group over a namespace of that store.
 #include "tdist/process_group.h"
 
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <string>
 #include <utility>
 
 #include "tdist/error.h"
+#include "tdist/prefix_store.h"
 
 namespace tdist {
 
 ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int size,
-                           std::chrono::milliseconds timeout)
-    : store_(std::move(store)), rank_(rank), size_(size), timeout_(timeout) {
+                           std::chrono::milliseconds timeout, std::vector<int> global_ranks)
+    : store_(std::move(store)),
+      rank_(rank),
+      size_(size),
+      timeout_(timeout),
+      global_ranks_(std::move(global_ranks)) {
   TDIST_CHECK(store_ != nullptr, InvalidArgument, "ProcessGroup: the store is null");
   TDIST_CHECK(size_ >= 1, InvalidArgument, "ProcessGroup: size ", size_, " is below 1");
   TDIST_CHECK(rank_ >= 0 && rank_ < size_, InvalidArgument, "ProcessGroup: rank ", rank_,
               " is outside 0..", size_ - 1);
   TDIST_CHECK(timeout_.count() >= 0, InvalidArgument, "ProcessGroup: timeout ", timeout_.count(),
               " ms is negative");
+  if (global_ranks_.empty()) {
+    global_ranks_.resize(static_cast<size_t>(size_));
+    std::iota(global_ranks_.begin(), global_ranks_.end(), 0);
+  }
+  TDIST_CHECK(global_ranks_.size() == static_cast<size_t>(size_), InvalidArgument,
+              "ProcessGroup: ", global_ranks_.size(), " global ranks given for size ", size_);
 }
 
 ProcessGroup::~ProcessGroup() = default;
+
+int ProcessGroup::global_rank(int group_rank) const {
+  TDIST_CHECK(group_rank >= 0 && group_rank < size_, InvalidArgument, "global_rank: group rank ",
+              group_rank, " is outside 0..", size_ - 1);
+  return global_ranks_[static_cast<size_t>(group_rank)];
+}
+
+int ProcessGroup::group_rank(int global) const {
+  auto it = std::find(global_ranks_.begin(), global_ranks_.end(), global);
+  return it == global_ranks_.end() ? -1 : static_cast<int>(it - global_ranks_.begin());
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::make_member_group(const std::vector<int>& members,
+                                                              const std::string& name) {
+  auto me = std::find(members.begin(), members.end(), rank_);
+  if (me == members.end()) return nullptr;
+  std::vector<int> globals;
+  globals.reserve(members.size());
+  for (int r : members) globals.push_back(global_rank(r));
+  auto sub_store = std::make_shared<PrefixStore>(name, store_);
+  return make_subgroup(std::move(sub_store), static_cast<int>(me - members.begin()),
+                       static_cast<int>(members.size()), std::move(globals));
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks) {
+  TDIST_CHECK(!ranks.empty(), InvalidArgument, "new_group: the rank list is empty");
+  std::vector<int> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    TDIST_CHECK(sorted[i] >= 0 && sorted[i] < size_, InvalidArgument, "new_group: rank ",
+                sorted[i], " is outside 0..", size_ - 1);
+    TDIST_CHECK(i == 0 || sorted[i] != sorted[i - 1], InvalidArgument, "new_group: rank ",
+                sorted[i], " is listed twice");
+  }
+  const uint64_t n = subgroups_made_++;
+  return make_member_group(sorted, "group/" + std::to_string(n));
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key) {
+  const uint64_t n = subgroups_made_++;
+  const std::string base = "split/" + std::to_string(n) + "/";
+  store_->set(base + std::to_string(rank_), std::to_string(color) + "," + std::to_string(key));
+  std::vector<std::string> keys;
+  for (int r = 0; r < size_; ++r) keys.push_back(base + std::to_string(r));
+  std::vector<Bytes> values = store_->multi_get(keys, Deadline::after(timeout_));
+  if (color < 0) return nullptr;
+
+  std::vector<std::pair<int, int>> members;  // (key, rank) of ranks with my color
+  for (int r = 0; r < size_; ++r) {
+    std::string v = to_string(values[static_cast<size_t>(r)]);
+    size_t comma = v.find(',');
+    if (std::stoi(v.substr(0, comma)) == color) {
+      members.emplace_back(std::stoi(v.substr(comma + 1)), r);
+    }
+  }
+  std::sort(members.begin(), members.end());
+  std::vector<int> ranks;
+  for (const auto& m : members) ranks.push_back(m.second);
+  return make_member_group(ranks, base + "color" + std::to_string(color));
+}
 
 }  // namespace tdist

@@ -14,9 +14,19 @@ namespace tdist {
 namespace {
 
 constexpr auto kSettings = std::to_array<Setting>({
+    {"TDIST_ALGO", "",
+     "force collective algorithms: 'all_reduce=ring,broadcast=chain' or a bare all_reduce "
+     "algorithm ('ring', 'halving_doubling', 'recursive_doubling'); empty = by size"},
+    {"TDIST_CHUNK_BYTES", "262144",
+     "pipeline chunk of the ring, chain and halving-doubling collectives, in bytes"},
     {"TDIST_LOG_LEVEL", "warn", "log level: trace, debug, info, warn, error or off"},
     {"TDIST_REDUCE_ISA", "auto",
      "reduction kernels to use: auto (best the CPU has), avx512, avx2, sse4 or scalar"},
+    {"TDIST_SOCKET_BUFFER_BYTES", "4194304",
+     "SO_SNDBUF/SO_RCVBUF of TCP transport sockets in bytes; 0 keeps the kernel's autotuning"},
+    {"TDIST_SOCKET_IFNAME", "",
+     "network interfaces for the TCP transport (NCCL syntax): prefixes 'eth0,eth1', '^lo,docker' "
+     "excludes, '=eth0' exact; empty = the route to the store's host"},
     {"TDIST_STORE_CONNECT_TIMEOUT", "300",
      "seconds a store client keeps retrying to connect before it gives up"},
     {"TDIST_STORE_MAX_CONNECTIONS", "65536",

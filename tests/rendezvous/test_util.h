@@ -89,12 +89,76 @@ inline uint16_t free_port() {
 }
 
 // The smallest possible backend: a ProcessGroup with no collectives.
+// A backend registered by the test program itself, as a user would: it reports the
+// name "fake" and forwards every operation to a "tcp" group over the same store,
+// created on the first operation (so that constructing one connects nothing).
 class FakeProcessGroup : public ProcessGroup {
  public:
   FakeProcessGroup(std::shared_ptr<Store> store, int rank, int size,
-                   std::chrono::milliseconds timeout)
-      : ProcessGroup(std::move(store), rank, size, timeout) {}
+                   std::chrono::milliseconds timeout, std::vector<int> global_ranks = {})
+      : ProcessGroup(std::move(store), rank, size, timeout, std::move(global_ranks)) {}
   std::string backend_name() const override { return "fake"; }
+
+  WorkPtr all_reduce(const void* s, void* r, size_t n, DType t, ReduceOp op) override {
+    return inner().all_reduce(s, r, n, t, op);
+  }
+  using ProcessGroup::all_reduce;
+  WorkPtr broadcast(void* d, size_t n, DType t, int root) override {
+    return inner().broadcast(d, n, t, root);
+  }
+  WorkPtr reduce(const void* s, void* r, size_t n, DType t, ReduceOp op, int root) override {
+    return inner().reduce(s, r, n, t, op, root);
+  }
+  WorkPtr all_gather(const void* s, void* r, size_t n, DType t) override {
+    return inner().all_gather(s, r, n, t);
+  }
+  WorkPtr all_gatherv(const void* s, size_t n, void* r, std::span<const size_t> counts,
+                      DType t) override {
+    return inner().all_gatherv(s, n, r, counts, t);
+  }
+  WorkPtr gather(const void* s, void* r, size_t n, DType t, int root) override {
+    return inner().gather(s, r, n, t, root);
+  }
+  WorkPtr scatter(const void* s, void* r, size_t n, DType t, int root) override {
+    return inner().scatter(s, r, n, t, root);
+  }
+  WorkPtr reduce_scatter(const void* s, void* r, size_t n, DType t, ReduceOp op) override {
+    return inner().reduce_scatter(s, r, n, t, op);
+  }
+  WorkPtr all_to_all(const void* s, void* r, size_t n, DType t) override {
+    return inner().all_to_all(s, r, n, t);
+  }
+  WorkPtr all_to_allv(const void* s, std::span<const size_t> sc, void* r,
+                      std::span<const size_t> rc, DType t) override {
+    return inner().all_to_allv(s, sc, r, rc, t);
+  }
+  WorkPtr barrier() override { return inner().barrier(); }
+  WorkPtr isend(const void* d, size_t n, DType t, int dst, uint32_t tag) override {
+    return inner().isend(d, n, t, dst, tag);
+  }
+  WorkPtr irecv(void* d, size_t n, DType t, int src, uint32_t tag) override {
+    return inner().irecv(d, n, t, src, tag);
+  }
+  WorkPtr batch_isend_irecv(std::span<const P2POp> ops) override {
+    return inner().batch_isend_irecv(ops);
+  }
+  void abort() override { inner().abort(); }
+
+ protected:
+  std::shared_ptr<ProcessGroup> make_subgroup(std::shared_ptr<Store> sub_store, int sub_rank,
+                                              int sub_size, std::vector<int> globals) override {
+    return std::make_shared<FakeProcessGroup>(std::move(sub_store), sub_rank, sub_size, timeout(),
+                                              std::move(globals));
+  }
+
+ private:
+  ProcessGroup& inner() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!inner_) inner_ = backend_factory("tcp")(store(), rank(), size(), timeout());
+    return *inner_;
+  }
+  std::mutex mu_;
+  std::shared_ptr<ProcessGroup> inner_;  // guarded by mu_
 };
 
 inline constexpr char kFakeBackend[] = "fake";

@@ -1,0 +1,102 @@
+// CommProcessGroup: a ProcessGroup over any transport::Comm, running the algorithms of
+// src/collectives. The tcp backend (and later shm) are this class with their own
+// CommFactory.
+//
+// Execution: collectives are validated on the calling thread (InvalidArgument before
+// anything is sent), numbered in call order (the sequence number tags every message),
+// and run one at a time, in that order, by the group's worker thread, which blocks
+// (never spins) while it waits. Point-to-point operations go to the transport directly
+// from the calling thread and complete inside it.
+//
+// Failure: an operation that fails aborts the Comm, so every pending and later
+// operation of the group fails with the same error on this rank, and the peers notice
+// the closed connections. Errors name the rank, the operation and its sequence number.
+// Destruction lets queued operations finish (the group timeout bounds them), then stops
+// the worker and closes the transport.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives/context.h"
+#include "tdist/process_group.h"
+#include "transport/comm.h"
+
+namespace tdist::backends {
+
+using CommFactory = std::function<std::unique_ptr<transport::Comm>(
+    std::shared_ptr<Store> store, int rank, int size, std::chrono::milliseconds timeout)>;
+
+class CommProcessGroup : public ProcessGroup {
+ public:
+  // Connects the transport through `store` (blocking until every rank joined or the
+  // timeout passed) and starts the worker.
+  CommProcessGroup(std::string backend, CommFactory factory, std::shared_ptr<Store> store,
+                   int rank, int size, std::chrono::milliseconds timeout,
+                   std::vector<int> global_ranks = {});
+  ~CommProcessGroup() override;
+
+  std::string backend_name() const override { return backend_; }
+
+  WorkPtr all_reduce(const void* send, void* recv, size_t count, DType dtype,
+                     ReduceOp op) override;
+  using ProcessGroup::all_reduce;
+  WorkPtr broadcast(void* data, size_t count, DType dtype, int root) override;
+  WorkPtr reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                 int root) override;
+  WorkPtr all_gather(const void* send, void* recv, size_t count, DType dtype) override;
+  WorkPtr all_gatherv(const void* send, size_t send_count, void* recv,
+                      std::span<const size_t> recv_counts, DType dtype) override;
+  WorkPtr gather(const void* send, void* recv, size_t count, DType dtype, int root) override;
+  WorkPtr scatter(const void* send, void* recv, size_t count, DType dtype, int root) override;
+  WorkPtr reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
+                         ReduceOp op) override;
+  WorkPtr all_to_all(const void* send, void* recv, size_t count, DType dtype) override;
+  WorkPtr all_to_allv(const void* send, std::span<const size_t> send_counts, void* recv,
+                      std::span<const size_t> recv_counts, DType dtype) override;
+  WorkPtr barrier() override;
+
+  WorkPtr isend(const void* data, size_t count, DType dtype, int dst, uint32_t tag) override;
+  WorkPtr irecv(void* data, size_t count, DType dtype, int src, uint32_t tag) override;
+  WorkPtr batch_isend_irecv(std::span<const P2POp> ops) override;
+
+  void abort() override;
+
+ protected:
+  std::shared_ptr<ProcessGroup> make_subgroup(std::shared_ptr<Store> store, int rank, int size,
+                                              std::vector<int> global_ranks) override;
+
+ private:
+  struct Task {
+    uint64_t seq;
+    WorkPtr work;
+    std::function<void(const coll::Ctx&)> run;
+  };
+
+  // Numbers the operation and queues it for the worker.
+  WorkPtr enqueue(const char* op, std::function<void(const coll::Ctx&)> run);
+  void run_worker();
+  void execute(Task& task);
+  void check_root(const char* op, int root) const;
+  void check_peer(const char* op, int peer) const;
+
+  const std::string backend_;
+  const CommFactory factory_;
+  std::unique_ptr<transport::Comm> comm_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;  // guarded by mu_
+  uint64_t next_seq_ = 0;   // guarded by mu_
+  bool stopping_ = false;   // guarded by mu_
+  std::thread worker_;
+};
+
+}  // namespace tdist::backends

@@ -1,0 +1,90 @@
+// CommProcessGroup's point-to-point operations (comm_group.h): posted straight to the
+// transport from the calling thread; their Work completes when the transport's requests
+// do, checked whenever the Work is waited on or polled.
+#include <utility>
+
+#include "backends/comm_group.h"
+#include "backends/error_context.h"
+#include "tdist/error.h"
+
+namespace tdist::backends {
+namespace {
+
+class RequestWork : public Work {
+ public:
+  RequestWork(std::string op, std::string where, std::vector<transport::RequestPtr> requests,
+              Deadline op_deadline)
+      : Work(std::move(op)),
+        where_(std::move(where)),
+        requests_(std::move(requests)),
+        op_deadline_(op_deadline) {}
+
+ protected:
+  void poll(Deadline deadline) override {
+    std::lock_guard<std::mutex> lock(poll_mu_);
+    const bool just_test = !deadline.is_never() && deadline.time() <= Clock::now();
+    try {
+      while (next_ < requests_.size()) {
+        transport::Request& r = *requests_[next_];
+        if (just_test) {
+          if (!r.test()) return;
+        } else {
+          r.wait(Deadline::earliest(deadline, op_deadline_));
+        }
+        ++next_;
+      }
+      finish();
+    } catch (const TimeoutError&) {
+      // The caller's own deadline only ends this wait; the operation's ends the op.
+      if (op_deadline_.expired()) finish(add_context(std::current_exception(), where_ + ": "));
+    } catch (...) {
+      finish(add_context(std::current_exception(), where_ + ": "));
+    }
+  }
+
+ private:
+  const std::string where_;
+  std::mutex poll_mu_;
+  std::vector<transport::RequestPtr> requests_;  // guarded by poll_mu_
+  size_t next_ = 0;                              // first request not yet complete
+  const Deadline op_deadline_;
+};
+
+}  // namespace
+
+WorkPtr CommProcessGroup::isend(const void* data, size_t count, DType dtype, int dst,
+                                uint32_t tag) {
+  P2POp op{P2POp::Kind::kSend, const_cast<void*>(data), count, dtype, dst, tag};
+  return batch_isend_irecv(std::span<const P2POp>(&op, 1));
+}
+
+WorkPtr CommProcessGroup::irecv(void* data, size_t count, DType dtype, int src, uint32_t tag) {
+  P2POp op{P2POp::Kind::kRecv, data, count, dtype, src, tag};
+  return batch_isend_irecv(std::span<const P2POp>(&op, 1));
+}
+
+WorkPtr CommProcessGroup::batch_isend_irecv(std::span<const P2POp> ops) {
+  const char* name = ops.size() == 1
+                         ? (ops[0].kind == P2POp::Kind::kSend ? "isend" : "irecv")
+                         : "batch_isend_irecv";
+  for (const P2POp& op : ops) {
+    check_peer(name, op.peer);
+    TDIST_CHECK(op.data != nullptr || op.count == 0, InvalidArgument, name,
+                ": the buffer is null but the count is ", op.count);
+  }
+  const std::string where =
+      detail::str_cat("rank ", rank(), "/", size(), " (", backend_name(), ") ", name);
+  std::vector<transport::RequestPtr> requests;
+  requests.reserve(ops.size());
+  for (const P2POp& op : ops) {
+    const size_t bytes = op.count * dtype_size(op.dtype);
+    const uint64_t tag = transport::p2p_tag(op.tag);
+    requests.push_back(op.kind == P2POp::Kind::kSend
+                           ? comm_->isend(op.peer, tag, op.data, bytes)
+                           : comm_->irecv(op.peer, tag, op.data, bytes));
+  }
+  return std::make_shared<RequestWork>(name, where, std::move(requests),
+                                       Deadline::after(timeout()));
+}
+
+}  // namespace tdist::backends

@@ -1,0 +1,19 @@
+// Error context for backends: names the rank, group, operation and sequence number in
+// every error an operation raises, keeping the exception's type.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <string>
+
+namespace tdist::backends {
+
+// "rank 1/4 (tcp) all_reduce #17"
+std::string describe(int rank, int size, const std::string& backend, const std::string& op,
+                     uint64_t seq);
+
+// The same kind of tdist exception as `error`, its message prefixed with `prefix`
+// (unless it already starts with it). Non-tdist exceptions become Error.
+std::exception_ptr add_context(std::exception_ptr error, const std::string& prefix);
+
+}  // namespace tdist::backends

@@ -1,0 +1,234 @@
+// all_reduce algorithms (all_reduce.h): pipelined ring, halving-doubling, recursive
+// doubling. All work in place on `recv` after prepare_local() copied and premultiplied
+// the rank's own contribution.
+#include "collectives/all_reduce.h"
+
+#include <algorithm>
+#include <bit>
+
+#include "collectives/detail.h"
+#include "core/reduce_kernels.h"
+#include "tdist/error.h"
+
+namespace tdist::coll {
+namespace {
+
+using detail::at;
+using detail::Blocks;
+using detail::chunk_of;
+using detail::mod;
+using detail::RequestQueue;
+using detail::Span;
+
+struct Vec {
+  uint8_t* data;
+  size_t count;
+  DType dtype;
+  ReduceOp op;
+  size_t esize() const { return dtype_size(dtype); }
+};
+
+// Ring: 2(n-1) steps. Step s < n-1 (reduce-scatter) sends block r-s and folds block
+// r-s-1 from prev into `recv`; after it rank r owns block r+1. Step n-1+t (all-gather)
+// sends block r+1-t and receives block r-t straight into `recv`. Each step moves its
+// block in chunks; unit u = step * chunks + chunk runs in order, with the receives of
+// the next kPipelineDepth units posted ahead and sends left in flight.
+void ring(const Ctx& ctx, const Vec& v) {
+  const int n = ctx.comm.size();
+  const int r = ctx.comm.rank();
+  const int next = mod(r + 1, n);
+  const int prev = mod(r - 1, n);
+  const size_t es = v.esize();
+  const Blocks blocks{v.count, n};
+  const size_t ce = detail::chunk_elems(es);
+  const size_t slot_elems = std::min(ce, blocks.length(0));
+  const size_t nch = detail::ceil_div(blocks.length(0), ce);
+  const size_t rs_steps = static_cast<size_t>(n - 1);
+  const size_t units = 2 * rs_steps * nch;
+  auto send_block = [&](size_t s) {
+    return s < rs_steps ? mod(r - static_cast<int64_t>(s), n)
+                        : mod(r + 1 - static_cast<int64_t>(s - rs_steps), n);
+  };
+  auto recv_block = [&](size_t s) {
+    return s < rs_steps ? mod(r - 1 - static_cast<int64_t>(s), n)
+                        : mod(r - static_cast<int64_t>(s - rs_steps), n);
+  };
+  auto region = [&](int block, size_t c) {
+    Span sp = chunk_of(blocks.length(block), ce, c);
+    sp.offset += blocks.offset(block);
+    return sp;
+  };
+
+  detail::Scratch scratch(detail::kPipelineDepth * slot_elems * es);
+  RequestQueue sends(ctx);
+  RequestQueue recvs(ctx);
+  size_t posted = 0;
+  auto post_recvs_before = [&](size_t limit) {
+    for (; posted < std::min(limit, units); ++posted) {
+      const size_t s = posted / nch;
+      const Span sp = region(recv_block(s), posted % nch);
+      if (sp.length == 0) continue;
+      uint8_t* dst;
+      if (s < rs_steps) {
+        dst = scratch.data() + (posted % detail::kPipelineDepth) * slot_elems * es;
+      } else {
+        // The all-gather lands where a reduce-scatter send of step s-(n-1) read from.
+        sends.wait_through((s - rs_steps) * nch + posted % nch);
+        dst = v.data + sp.offset * es;
+      }
+      recvs.push(
+          ctx.comm.irecv(prev, detail::tag(ctx, static_cast<uint32_t>(s)), dst, sp.length * es),
+          posted);
+    }
+  };
+
+  for (size_t u = 0; u < units; ++u) {
+    const size_t s = u / nch;
+    const size_t c = u % nch;
+    const Span out = region(send_block(s), c);
+    if (out.length > 0) {
+      sends.push(ctx.comm.isend(next, detail::tag(ctx, static_cast<uint32_t>(s)),
+                                v.data + out.offset * es, out.length * es),
+                 u);
+    }
+    while (sends.size() > 2 * detail::kPipelineDepth) sends.wait_front();
+    post_recvs_before(u + detail::kPipelineDepth);
+    const Span in = region(recv_block(s), c);
+    if (in.length == 0) continue;
+    recvs.wait_front();
+    if (s < rs_steps) {
+      uint8_t* dst = v.data + in.offset * es;
+      core::reduce_into(dst, scratch.data() + (u % detail::kPipelineDepth) * slot_elems * es,
+                        in.length, v.dtype, v.op);
+      if (s + 1 == rs_steps) core::finish(dst, in.length, v.dtype, v.op, n);
+    }
+  }
+  sends.wait_all();
+}
+
+// Non-power-of-two worlds: of the first 2*rem ranks (rem = n - 2^k), each even rank
+// folds its vector into the odd rank above it and sits out; the rest renumber densely.
+struct Folded {
+  int p;        // participating ranks, a power of two
+  int newrank;  // -1 for a rank that sat out
+  int real(int nr) const { return nr < rem ? 2 * nr + 1 : nr + rem; }
+  int rem;
+};
+
+Folded fold_in(const Ctx& ctx, const Vec& v, uint32_t step) {
+  const int n = ctx.comm.size();
+  const int r = ctx.comm.rank();
+  const int p = static_cast<int>(std::bit_floor(static_cast<unsigned>(n)));
+  const int rem = n - p;
+  Folded f{p, r - rem, rem};
+  if (r < 2 * rem) {
+    if (r % 2 == 0) {
+      detail::exchange_reduce(ctx, r + 1, step, v.data, v.count, nullptr, 0, v.dtype, v.op);
+      f.newrank = -1;
+    } else {
+      detail::exchange_reduce(ctx, r - 1, step, nullptr, 0, v.data, v.count, v.dtype, v.op);
+      f.newrank = r / 2;
+    }
+  }
+  return f;
+}
+
+// Hands the result back to the ranks that sat out.
+void fold_out(const Ctx& ctx, const Vec& v, const Folded& f, uint32_t step) {
+  const int r = ctx.comm.rank();
+  if (r >= 2 * f.rem) return;
+  RequestQueue q(ctx);
+  const int peer = r % 2 == 0 ? r + 1 : r - 1;
+  const uint64_t t = detail::tag(ctx, step);
+  const size_t bytes = v.count * v.esize();
+  q.push(r % 2 == 0 ? ctx.comm.irecv(peer, t, v.data, bytes)
+                    : ctx.comm.isend(peer, t, v.data, bytes));
+  q.wait_all();
+}
+
+void halving_doubling(const Ctx& ctx, const Vec& v) {
+  const Folded f = fold_in(ctx, v, 0);
+  const int rounds = std::countr_zero(static_cast<unsigned>(f.p));
+  if (f.newrank >= 0) {
+    const size_t es = v.esize();
+    const Blocks blocks{v.count, f.p};
+    auto offset = [&](int b) { return b < f.p ? blocks.offset(b) : v.count; };
+    int lo = 0;
+    int hi = f.p;
+    uint32_t step = 1;
+    for (int mask = f.p / 2; mask >= 1; mask /= 2, ++step) {
+      const int peer = f.real(f.newrank ^ mask);
+      const int mid = (lo + hi) / 2;
+      const bool lower = (f.newrank & mask) == 0;
+      const int keep_lo = lower ? lo : mid;
+      const int keep_hi = lower ? mid : hi;
+      const int give_lo = lower ? mid : lo;
+      const int give_hi = lower ? hi : mid;
+      detail::exchange_reduce(ctx, peer, step, v.data + offset(give_lo) * es,
+                              offset(give_hi) - offset(give_lo), v.data + offset(keep_lo) * es,
+                              offset(keep_hi) - offset(keep_lo), v.dtype, v.op);
+      lo = keep_lo;
+      hi = keep_hi;
+    }
+    core::finish(v.data + offset(lo) * es, offset(hi) - offset(lo), v.dtype, v.op, ctx.comm.size());
+    for (int mask = 1; mask < f.p; mask *= 2, ++step) {
+      const int peer = f.real(f.newrank ^ mask);
+      const int width = hi - lo;
+      const int other_lo = (f.newrank & mask) == 0 ? hi : lo - width;
+      const int other_hi = other_lo + width;
+      RequestQueue q(ctx);
+      const uint64_t t = detail::tag(ctx, step);
+      q.push(ctx.comm.irecv(peer, t, v.data + offset(other_lo) * es,
+                            (offset(other_hi) - offset(other_lo)) * es));
+      q.push(ctx.comm.isend(peer, t, v.data + offset(lo) * es, (offset(hi) - offset(lo)) * es));
+      q.wait_all();
+      lo = std::min(lo, other_lo);
+      hi = std::max(hi, other_hi);
+    }
+  }
+  fold_out(ctx, v, f, static_cast<uint32_t>(2 * rounds + 1));
+}
+
+void recursive_doubling(const Ctx& ctx, const Vec& v) {
+  const Folded f = fold_in(ctx, v, 0);
+  const int rounds = std::countr_zero(static_cast<unsigned>(f.p));
+  if (f.newrank >= 0) {
+    uint32_t step = 1;
+    for (int mask = 1; mask < f.p; mask *= 2, ++step) {
+      detail::exchange_reduce(ctx, f.real(f.newrank ^ mask), step, v.data, v.count, v.data, v.count,
+                              v.dtype, v.op);
+    }
+    core::finish(v.data, v.count, v.dtype, v.op, ctx.comm.size());
+  }
+  fold_out(ctx, v, f, static_cast<uint32_t>(rounds + 1));
+}
+
+}  // namespace
+
+void all_reduce(const Ctx& ctx, const void* send, void* recv, size_t count, DType dtype,
+                ReduceOp op, Algorithm algo) {
+  validate(op, dtype);
+  const int n = ctx.comm.size();
+  const Algorithm chosen =
+      select_algorithm(Collective::kAllReduce, count * dtype_size(dtype), n, algo);
+  detail::prepare_local(send, recv, count, dtype, op);
+  if (n == 1) {
+    core::finish(recv, count, dtype, op, 1);
+    return;
+  }
+  if (count == 0) return;
+  const Vec v{static_cast<uint8_t*>(recv), count, dtype, op};
+  switch (chosen) {
+    case Algorithm::kHalvingDoubling:
+      halving_doubling(ctx, v);
+      break;
+    case Algorithm::kRecursiveDoubling:
+      recursive_doubling(ctx, v);
+      break;
+    default:
+      ring(ctx, v);
+      break;
+  }
+}
+
+}  // namespace tdist::coll

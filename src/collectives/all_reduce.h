@@ -1,0 +1,31 @@
+// all_reduce: every rank ends with op applied element-wise over all ranks' vectors.
+//
+// Algorithms (selection.h): kRing (reduce-scatter then all-gather around the ring,
+// pipelined in chunks so sending, receiving and reducing overlap; scratch is
+// kPipelineDepth chunks whatever the size and world), kHalvingDoubling (Rabenseifner:
+// recursive halving reduce-scatter, recursive doubling all-gather; a non-power-of-two
+// world first folds its extra ranks in, MPICH style), kRecursiveDoubling (log2(n)
+// exchanges of the whole vector; best for tiny vectors). All three give every rank the
+// same bits. Scratch of every algorithm is bounded by kPipelineDepth chunks.
+//
+// Buffers: `send` and `recv` hold `count` elements; send == recv is in place; `send` is
+// never written otherwise. premul_sum scales each rank's own contribution; avg divides
+// the result by the world size. Blocks the calling thread until done. Failure: throws
+// what the transport reports (PeerError, TimeoutError at ctx.deadline, DesyncError);
+// the Comm is then aborted and `recv` holds unspecified data. InvalidArgument (bad op
+// for the dtype, unusable algorithm) is thrown before anything is sent.
+#pragma once
+
+#include <cstddef>
+
+#include "collectives/context.h"
+#include "collectives/selection.h"
+#include "tdist/dtype.h"
+#include "tdist/reduce_op.h"
+
+namespace tdist::coll {
+
+void all_reduce(const Ctx& ctx, const void* send, void* recv, size_t count, DType dtype,
+                ReduceOp op, Algorithm algo = Algorithm::kAuto);
+
+}  // namespace tdist::coll

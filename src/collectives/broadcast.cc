@@ -1,0 +1,81 @@
+// broadcast algorithms (broadcast.h): binomial tree and pipelined chain.
+#include "collectives/broadcast.h"
+
+#include <algorithm>
+
+#include "collectives/detail.h"
+
+namespace tdist::coll {
+namespace {
+
+using detail::mod;
+using detail::RequestQueue;
+
+// Ranks are renumbered relative to the root (vr = r - root). Rank vr receives from
+// vr minus its lowest set bit, then sends to vr + 2^k for every 2^k below that bit.
+void binomial(const Ctx& ctx, void* data, size_t bytes, int root) {
+  const int n = ctx.comm.size();
+  const int vr = mod(ctx.comm.rank() - root, n);
+  const uint64_t t = detail::tag(ctx, 0);
+  int mask = 1;
+  while (mask < n) {
+    if ((vr & mask) != 0) {
+      RequestQueue q(ctx);
+      q.push(ctx.comm.irecv(mod(vr - mask + root, n), t, data, bytes));
+      q.wait_all();
+      break;
+    }
+    mask <<= 1;
+  }
+  RequestQueue sends(ctx);
+  for (mask >>= 1; mask > 0; mask >>= 1) {
+    if (vr + mask < n) sends.push(ctx.comm.isend(mod(vr + mask + root, n), t, data, bytes));
+  }
+  sends.wait_all();
+}
+
+// Chunk c travels root -> vr 1 -> ... -> vr n-1; each rank posts the receives of the
+// next kPipelineDepth chunks ahead and forwards a chunk as soon as it lands.
+void chain(const Ctx& ctx, void* data, size_t bytes, int root) {
+  const int n = ctx.comm.size();
+  const int vr = mod(ctx.comm.rank() - root, n);
+  const int prev = vr > 0 ? mod(ctx.comm.rank() - 1, n) : -1;
+  const int next = vr + 1 < n ? mod(ctx.comm.rank() + 1, n) : -1;
+  const size_t chunk = detail::chunk_bytes();
+  const size_t nch = detail::ceil_div(bytes, chunk);
+  const uint64_t t = detail::tag(ctx, 0);
+  RequestQueue sends(ctx);
+  RequestQueue recvs(ctx);
+  size_t posted = 0;
+  for (size_t c = 0; c < nch; ++c) {
+    const detail::Span sp = detail::chunk_of(bytes, chunk, c);
+    if (prev >= 0) {
+      for (; posted < std::min(nch, c + detail::kPipelineDepth); ++posted) {
+        const detail::Span ps = detail::chunk_of(bytes, chunk, posted);
+        recvs.push(ctx.comm.irecv(prev, t, detail::at(data, ps.offset), ps.length));
+      }
+      recvs.wait_front();
+    }
+    if (next >= 0) {
+      sends.push(ctx.comm.isend(next, t, detail::at(data, sp.offset), sp.length));
+      while (sends.size() > 2 * detail::kPipelineDepth) sends.wait_front();
+    }
+  }
+  sends.wait_all();
+}
+
+}  // namespace
+
+void broadcast(const Ctx& ctx, void* data, size_t bytes, int root, Algorithm algo) {
+  detail::check_root(ctx, "broadcast", root);
+  const int n = ctx.comm.size();
+  const Algorithm chosen = select_algorithm(Collective::kBroadcast, bytes, n, algo);
+  if (n == 1 || bytes == 0) return;
+  if (chosen == Algorithm::kChain) {
+    chain(ctx, data, bytes, root);
+  } else {
+    binomial(ctx, data, bytes, root);
+  }
+}
+
+}  // namespace tdist::coll

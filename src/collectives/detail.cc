@@ -1,0 +1,117 @@
+// Internal helpers of the collective algorithms (detail.h).
+#include "collectives/detail.h"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+
+#include "core/reduce_kernels.h"
+#include "tdist/error.h"
+#include "tdist/settings.h"
+
+namespace tdist::coll::detail {
+namespace {
+
+struct ScratchStats {
+  size_t live = 0;
+  size_t peak = 0;
+};
+thread_local ScratchStats g_scratch;
+
+}  // namespace
+
+size_t chunk_bytes() {
+  const int64_t v = setting_int("TDIST_CHUNK_BYTES");
+  TDIST_CHECK(v > 0, InvalidArgument, "TDIST_CHUNK_BYTES must be positive, found ", v);
+  return static_cast<size_t>(v);
+}
+
+size_t chunk_elems(size_t esize) { return std::max<size_t>(1, chunk_bytes() / esize); }
+
+RequestQueue::~RequestQueue() {
+  if (!queue_.empty() && ctx_.comm.error() == nullptr) {
+    ctx_.comm.abort(std::make_exception_ptr(
+        PeerError("a collective stopped with messages in flight; the group was aborted")));
+  }
+}
+
+void RequestQueue::push(transport::RequestPtr request, size_t key) {
+  queue_.push_back(Entry{std::move(request), key});
+}
+
+void RequestQueue::wait_front() {
+  try {
+    queue_.front().request->wait(ctx_.deadline);
+  } catch (...) {
+    // Buffers are still in the transport's hands: abort so they are released.
+    ctx_.comm.abort(std::current_exception());
+    throw;
+  }
+  queue_.pop_front();
+}
+
+void RequestQueue::wait_through(size_t key) {
+  while (!queue_.empty() && queue_.front().key <= key) wait_front();
+}
+
+void RequestQueue::wait_all() {
+  while (!queue_.empty()) wait_front();
+}
+
+Scratch::Scratch(size_t bytes)
+    : data_(std::make_unique_for_overwrite<uint8_t[]>(bytes)), bytes_(bytes) {
+  g_scratch.live += bytes;
+  g_scratch.peak = std::max(g_scratch.peak, g_scratch.live);
+}
+
+Scratch::~Scratch() { g_scratch.live -= bytes_; }
+
+size_t scratch_peak_bytes() { return g_scratch.peak; }
+void reset_scratch_peak() { g_scratch.peak = g_scratch.live; }
+
+void exchange_reduce(const Ctx& ctx, int peer, uint32_t step, const void* send, size_t send_count,
+                     void* dst, size_t recv_count, DType dtype, ReduceOp op) {
+  const size_t es = dtype_size(dtype);
+  const size_t ce = chunk_elems(es);
+  const bool same = send == dst;
+  const uint64_t t = tag(ctx, step);
+  RequestQueue sends(ctx);
+  const size_t send_chunks = ceil_div(send_count, ce);
+  for (size_t c = 0; c < send_chunks; ++c) {
+    const Span s = chunk_of(send_count, ce, c);
+    sends.push(ctx.comm.isend(peer, t, at(send, s.offset * es), s.length * es), c);
+  }
+  const size_t recv_chunks = ceil_div(recv_count, ce);
+  if (recv_chunks > 0) {
+    const size_t slot_elems = std::min(ce, recv_count);
+    Scratch scratch(std::min(kPipelineDepth, recv_chunks) * slot_elems * es);
+    RequestQueue recvs(ctx);
+    size_t posted = 0;
+    for (size_t c = 0; c < recv_chunks; ++c) {
+      for (; posted < std::min(recv_chunks, c + kPipelineDepth); ++posted) {
+        const Span s = chunk_of(recv_count, ce, posted);
+        uint8_t* slot = scratch.data() + (posted % kPipelineDepth) * slot_elems * es;
+        recvs.push(ctx.comm.irecv(peer, t, slot, s.length * es), posted);
+      }
+      recvs.wait_front();
+      if (same) sends.wait_through(c);
+      const Span s = chunk_of(recv_count, ce, c);
+      core::reduce_into(at(dst, s.offset * es),
+                        scratch.data() + (c % kPipelineDepth) * slot_elems * es, s.length, dtype,
+                        op);
+    }
+  }
+  sends.wait_all();
+}
+
+void prepare_local(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
+  if (send != recv && count > 0) std::memcpy(recv, send, count * dtype_size(dtype));
+  core::premultiply(recv, count, dtype, op);
+}
+
+void check_root(const Ctx& ctx, const char* op, int root) {
+  TDIST_CHECK(root >= 0 && root < ctx.comm.size(), InvalidArgument, op, ": root ", root,
+              " is outside 0..", ctx.comm.size() - 1);
+}
+
+}  // namespace tdist::coll::detail

@@ -1,0 +1,136 @@
+// Internal helpers shared by the collective algorithms (not installed, not used outside
+// src/collectives and its tests).
+//
+// RequestQueue  a FIFO of in-flight requests. Waiting goes through it, so a failed or
+//               timed-out wait aborts the Comm before the exception leaves the algorithm:
+//               buffers handed to the transport are never abandoned while it may still
+//               write them (Comm contract: a pending Request may only be destroyed after
+//               the Comm was aborted). A queue destroyed with requests left (an exception
+//               unwinding from elsewhere) aborts the Comm too.
+// Scratch       an uninitialised byte buffer whose size is counted per thread, so tests
+//               can check an algorithm's memory bound (scratch_peak_bytes()).
+// Blocks        the balanced split of `count` elements into `parts` blocks (the first
+//               count % parts blocks get one extra element).
+// exchange_reduce  one pipelined send/receive-and-reduce with a peer through a bounded
+//               scratch of kPipelineDepth chunks.
+//
+// Thread-safety: every object here belongs to one collective call on one thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+
+#include "collectives/context.h"
+#include "tdist/dtype.h"
+#include "tdist/reduce_op.h"
+#include "transport/comm.h"
+
+namespace tdist::coll::detail {
+
+// Chunks in flight per pipeline (receive slots of scratch).
+inline constexpr size_t kPipelineDepth = 4;
+
+// The pipeline chunk size in bytes (TDIST_CHUNK_BYTES, at least 1).
+size_t chunk_bytes();
+// Elements of `esize` bytes per chunk (at least 1).
+size_t chunk_elems(size_t esize);
+
+constexpr size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+constexpr int mod(int64_t a, int n) { return static_cast<int>(((a % n) + n) % n); }
+
+inline uint8_t* at(void* base, size_t byte_offset) {
+  return static_cast<uint8_t*>(base) + byte_offset;
+}
+inline const uint8_t* at(const void* base, size_t byte_offset) {
+  return static_cast<const uint8_t*>(base) + byte_offset;
+}
+
+inline uint64_t tag(const Ctx& ctx, uint32_t step) {
+  return transport::collective_tag(ctx.seq, step);
+}
+
+struct Blocks {
+  size_t count;
+  int parts;
+  size_t length(int b) const {
+    return count / parts + (static_cast<size_t>(b) < count % parts ? 1 : 0);
+  }
+  size_t offset(int b) const {
+    const size_t ub = static_cast<size_t>(b);
+    return ub * (count / parts) + std::min(ub, count % static_cast<size_t>(parts));
+  }
+};
+
+// Chunk `c` of a range of `length` elements, chunks of `chunk` elements: {offset, length}
+// relative to the range (length 0 past its end).
+struct Span {
+  size_t offset;
+  size_t length;
+};
+inline Span chunk_of(size_t length, size_t chunk, size_t c) {
+  const size_t begin = std::min(length, c * chunk);
+  return {begin, std::min(length, begin + chunk) - begin};
+}
+
+class RequestQueue {
+ public:
+  explicit RequestQueue(const Ctx& ctx) : ctx_(ctx) {}
+  ~RequestQueue();
+  RequestQueue(const RequestQueue&) = delete;
+  RequestQueue& operator=(const RequestQueue&) = delete;
+
+  // Adds a request; keys must not decrease (they name the unit of work it belongs to).
+  void push(transport::RequestPtr request, size_t key = 0);
+  bool empty() const { return queue_.empty(); }
+  size_t size() const { return queue_.size(); }
+  // Waits for the oldest request and drops it.
+  void wait_front();
+  // Waits for every request whose key is <= key.
+  void wait_through(size_t key);
+  void wait_all();
+
+ private:
+  struct Entry {
+    transport::RequestPtr request;
+    size_t key;
+  };
+  const Ctx& ctx_;
+  std::deque<Entry> queue_;
+};
+
+class Scratch {
+ public:
+  explicit Scratch(size_t bytes);
+  ~Scratch();
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  uint8_t* data() { return data_.get(); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  std::unique_ptr<uint8_t[]> data_;
+  size_t bytes_;
+};
+
+// Peak bytes of Scratch alive at once on this thread since the last reset (tests).
+size_t scratch_peak_bytes();
+void reset_scratch_peak();
+
+// Sends `send_count` elements at `send` to `peer` and receives `recv_count` elements from
+// it, folded into `dst` (dst = op(dst, received)), both in chunks of chunk_elems(),
+// through at most kPipelineDepth chunks of scratch. `send` may be exactly `dst` (then
+// each chunk's send completes before that chunk is reduced); otherwise the two ranges
+// must not overlap. The peer calls it with the counts swapped. Tag: tag(ctx, step).
+void exchange_reduce(const Ctx& ctx, int peer, uint32_t step, const void* send, size_t send_count,
+                     void* dst, size_t recv_count, DType dtype, ReduceOp op);
+
+// Copies `count` elements from `send` to `recv` (unless they are the same) and applies
+// premul_sum's scale to the copy: a rank's own contribution, ready to be reduced.
+void prepare_local(const void* send, void* recv, size_t count, DType dtype, ReduceOp op);
+
+// Throws InvalidArgument unless 0 <= root < size.
+void check_root(const Ctx& ctx, const char* op, int root);
+
+}  // namespace tdist::coll::detail

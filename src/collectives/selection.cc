@@ -1,0 +1,207 @@
+// Algorithm selection (selection.h): TDIST_ALGO parsing and the size thresholds.
+//
+// Thresholds (bytes of the per-rank vector), measured with tests/collectives/algo_sweep
+// over the TCP transport between processes on a 2-core machine (2 and 3 ranks), and for
+// larger worlds from the alpha-beta model with that machine's numbers (~15 us per round,
+// ~1 GB/s):
+//  all_reduce  recursive doubling (log2(n) rounds, log2(n) vectors sent) up to
+//              kAllReduceSmall; with 2 ranks it sends no more than halving-doubling in
+//              one round instead of two and measured fastest up to 256 KiB, so up to
+//              kAllReduceTwoRanks. Halving-doubling (2 log2(n) rounds, 2(n-1)/n vectors)
+//              up to kAllReduceLarge; above, the pipelined ring (2(n-1) rounds, same
+//              bytes, neighbour traffic only, reduction overlapped with transfer).
+//  broadcast   binomial tree up to kBroadcastTree or for 2 ranks (one hop either way);
+//              above, the pipelined chain (each link carries the data once).
+//  reduce      binomial tree up to kReduceTree (measured: 1.5x faster at 64 KiB-256 KiB
+//              with 2 ranks); above, the chain (2-3x faster from 1 MiB: no full-size
+//              copy on the non-roots).
+#include "collectives/selection.h"
+
+#include <array>
+#include <string>
+
+#include "tdist/error.h"
+#include "tdist/settings.h"
+
+namespace tdist::coll {
+namespace {
+
+constexpr size_t kAllReduceSmall = 32 * 1024;
+constexpr size_t kAllReduceTwoRanks = 512 * 1024;
+constexpr size_t kAllReduceLarge = 1024 * 1024;
+constexpr size_t kBroadcastTree = 64 * 1024;
+constexpr size_t kReduceTree = 256 * 1024;
+
+constexpr auto kCollectives = std::to_array<Collective>(
+    {Collective::kAllReduce, Collective::kBroadcast, Collective::kReduce, Collective::kAllGather,
+     Collective::kGather, Collective::kScatter, Collective::kReduceScatter, Collective::kAllToAll,
+     Collective::kBarrier});
+
+constexpr Algorithm kAllReduceAlgos[] = {Algorithm::kRing, Algorithm::kHalvingDoubling,
+                                         Algorithm::kRecursiveDoubling};
+constexpr Algorithm kTreeAlgos[] = {Algorithm::kBinomial, Algorithm::kChain};
+constexpr Algorithm kRingAlgos[] = {Algorithm::kRing};
+constexpr Algorithm kLinearAlgos[] = {Algorithm::kLinear};
+constexpr Algorithm kPairwiseAlgos[] = {Algorithm::kPairwise};
+constexpr Algorithm kBarrierAlgos[] = {Algorithm::kDissemination};
+
+std::string join_names(std::span<const Algorithm> algos) {
+  std::string out;
+  for (Algorithm a : algos) {
+    if (!out.empty()) out += ", ";
+    out += algorithm_name(a);
+  }
+  return out;
+}
+
+std::string collective_names() {
+  std::string out;
+  for (Collective c : kCollectives) {
+    if (!out.empty()) out += ", ";
+    out += collective_name(c);
+  }
+  return out;
+}
+
+Algorithm parse_for(Collective c, std::string_view name) {
+  for (Algorithm a : algorithms_for(c)) {
+    if (algorithm_name(a) == name) return a;
+  }
+  TDIST_THROW(InvalidArgument, "TDIST_ALGO: '", name, "' is not an algorithm for ",
+              collective_name(c), "; valid: ", join_names(algorithms_for(c)));
+}
+
+// The algorithm TDIST_ALGO forces for `c`, or kAuto. Validates the whole value.
+Algorithm forced_by_env(Collective c) {
+  const std::string value = setting_string("TDIST_ALGO");
+  Algorithm forced = Algorithm::kAuto;
+  std::string_view rest = value;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    if (item.empty() || item == "auto") continue;
+    const size_t eq = item.find('=');
+    Collective target = Collective::kAllReduce;
+    std::string_view algo = item;
+    if (eq != std::string_view::npos) {
+      const std::string_view coll_name = item.substr(0, eq);
+      algo = item.substr(eq + 1);
+      bool found = false;
+      for (Collective k : kCollectives) {
+        if (collective_name(k) == coll_name) {
+          target = k;
+          found = true;
+        }
+      }
+      TDIST_CHECK(found, InvalidArgument, "TDIST_ALGO: '", coll_name,
+                  "' is not a collective; valid: ", collective_names());
+    }
+    if (algo == "auto") continue;
+    const Algorithm parsed = parse_for(target, algo);
+    if (target == c) forced = parsed;
+  }
+  return forced;
+}
+
+Algorithm by_size(Collective c, size_t bytes, int world) {
+  switch (c) {
+    case Collective::kAllReduce:
+      if (bytes <= kAllReduceSmall) return Algorithm::kRecursiveDoubling;
+      if (world == 2 && bytes <= kAllReduceTwoRanks) return Algorithm::kRecursiveDoubling;
+      if (bytes <= kAllReduceLarge) return Algorithm::kHalvingDoubling;
+      return Algorithm::kRing;
+    case Collective::kBroadcast:
+      return bytes <= kBroadcastTree || world <= 2 ? Algorithm::kBinomial : Algorithm::kChain;
+    case Collective::kReduce:
+      return bytes <= kReduceTree ? Algorithm::kBinomial : Algorithm::kChain;
+    default:
+      return algorithms_for(c).front();
+  }
+}
+
+}  // namespace
+
+std::string_view collective_name(Collective c) {
+  switch (c) {
+    case Collective::kAllReduce:
+      return "all_reduce";
+    case Collective::kBroadcast:
+      return "broadcast";
+    case Collective::kReduce:
+      return "reduce";
+    case Collective::kAllGather:
+      return "all_gather";
+    case Collective::kGather:
+      return "gather";
+    case Collective::kScatter:
+      return "scatter";
+    case Collective::kReduceScatter:
+      return "reduce_scatter";
+    case Collective::kAllToAll:
+      return "all_to_all";
+    case Collective::kBarrier:
+      return "barrier";
+  }
+  return "?";
+}
+
+std::string_view algorithm_name(Algorithm a) {
+  switch (a) {
+    case Algorithm::kAuto:
+      return "auto";
+    case Algorithm::kRing:
+      return "ring";
+    case Algorithm::kHalvingDoubling:
+      return "halving_doubling";
+    case Algorithm::kRecursiveDoubling:
+      return "recursive_doubling";
+    case Algorithm::kBinomial:
+      return "binomial";
+    case Algorithm::kChain:
+      return "chain";
+    case Algorithm::kLinear:
+      return "linear";
+    case Algorithm::kPairwise:
+      return "pairwise";
+    case Algorithm::kDissemination:
+      return "dissemination";
+  }
+  return "?";
+}
+
+std::span<const Algorithm> algorithms_for(Collective c) {
+  switch (c) {
+    case Collective::kAllReduce:
+      return kAllReduceAlgos;
+    case Collective::kBroadcast:
+    case Collective::kReduce:
+      return kTreeAlgos;
+    case Collective::kAllGather:
+    case Collective::kReduceScatter:
+      return kRingAlgos;
+    case Collective::kGather:
+    case Collective::kScatter:
+      return kLinearAlgos;
+    case Collective::kAllToAll:
+      return kPairwiseAlgos;
+    case Collective::kBarrier:
+      return kBarrierAlgos;
+  }
+  return {};
+}
+
+Algorithm select_algorithm(Collective c, size_t bytes, int world, Algorithm requested) {
+  if (requested != Algorithm::kAuto) {
+    for (Algorithm a : algorithms_for(c)) {
+      if (a == requested) return a;
+    }
+    TDIST_THROW(InvalidArgument, collective_name(c), " cannot run algorithm ",
+                algorithm_name(requested), "; valid: ", join_names(algorithms_for(c)));
+  }
+  const Algorithm forced = forced_by_env(c);
+  if (forced != Algorithm::kAuto) return forced;
+  return by_size(c, bytes, world);
+}
+
+}  // namespace tdist::coll

@@ -1,0 +1,57 @@
+// Algorithm selection: which algorithm a collective runs, by message size and world size.
+//
+// Every collective takes an Algorithm; kAuto (the default) asks select_algorithm(), which
+// honours TDIST_ALGO first and otherwise applies the measured thresholds in selection.cc.
+// TDIST_ALGO forces algorithms for tests and tuning: "all_reduce=ring,broadcast=chain",
+// or a bare name ("ring"), which applies to all_reduce. An unknown collective or
+// algorithm name, or an algorithm that cannot run the collective, is InvalidArgument
+// naming the valid choices. Pure functions of their arguments and the environment;
+// thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+namespace tdist::coll {
+
+enum class Collective : uint8_t {
+  kAllReduce,
+  kBroadcast,
+  kReduce,
+  kAllGather,
+  kGather,
+  kScatter,
+  kReduceScatter,
+  kAllToAll,
+  kBarrier,
+};
+
+enum class Algorithm : uint8_t {
+  kAuto,
+  kRing,               // all_reduce, all_gather, reduce_scatter: pipelined ring
+  kHalvingDoubling,    // all_reduce: Rabenseifner (recursive halving, then doubling)
+  kRecursiveDoubling,  // all_reduce: full-vector exchange, log2(n) rounds
+  kBinomial,           // broadcast, reduce: binomial tree
+  kChain,              // broadcast, reduce: pipelined chain
+  kLinear,             // gather, scatter: root talks to every rank
+  kPairwise,           // all_to_all: pairwise exchange
+  kDissemination,      // barrier
+};
+
+// "all_reduce", "broadcast", ... and "auto", "ring", "halving_doubling", ...
+std::string_view collective_name(Collective c);
+std::string_view algorithm_name(Algorithm a);
+
+// The algorithms that can run `c` (kAuto excluded), the first being the simplest.
+std::span<const Algorithm> algorithms_for(Collective c);
+
+// The algorithm to run `c` on `bytes` (the per-rank message: the whole vector for
+// all_reduce, broadcast and reduce; the largest block for the gathers and scatters)
+// among `world` ranks. A `requested` algorithm other than kAuto wins (InvalidArgument
+// when it cannot run `c`); then TDIST_ALGO; then the thresholds.
+Algorithm select_algorithm(Collective c, size_t bytes, int world,
+                           Algorithm requested = Algorithm::kAuto);
+
+}  // namespace tdist::coll

@@ -1,0 +1,76 @@
+// Comm: the transport-neutral view of a group of ranks that collective algorithms use.
+//
+// An algorithm sees only rank(), size() and tagged, non-blocking point-to-point
+// messages; it never sees a socket or a shared-memory segment. Each transport (tcp, shm)
+// implements Comm.
+//
+// Matching: a message sent with isend(peer=P, tag=T) on rank R is delivered to the
+// irecv(peer=R, tag=T) that rank P posts, in posting order among equal (peer, tag).
+// Messages between one pair of ranks with different tags may be matched out of order
+// (a message that arrives before its receive is posted is buffered by the transport). A
+// receive must name the exact byte count: a message of another length is a DesyncError
+// naming both lengths. Zero-byte messages are allowed.
+//
+// Tags: collectives use collective_tag(seq, step) (the group's operation sequence number
+// and a step within the operation); user point-to-point tags are p2p_tag(tag). The two
+// ranges never overlap.
+//
+// Ownership and lifetime: buffers passed to isend/irecv must stay valid and untouched
+// until the Request completes (wait returned or test() returned true). Destroying a
+// Request that has not completed is allowed only after the Comm was aborted.
+//
+// Failure: when a peer dies, a connection breaks or abort() is called, the Comm is
+// aborted: every pending and later request fails with PeerError (or the exception given
+// to abort), on every rank within seconds. wait() throws TimeoutError at its deadline
+// without aborting. Thread-safety: isend/irecv/wait/test/abort may be called from any
+// thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+
+#include "tdist/deadline.h"
+
+namespace tdist::transport {
+
+inline constexpr uint64_t kP2PTagBit = uint64_t{1} << 63;
+
+// Tag of step `step` (< 2^24) of collective number `seq` on a group.
+constexpr uint64_t collective_tag(uint64_t seq, uint32_t step) {
+  return ((seq & ((uint64_t{1} << 39) - 1)) << 24) | (step & 0xFFFFFFu);
+}
+
+// Tag of a user's point-to-point message.
+constexpr uint64_t p2p_tag(uint32_t user_tag) { return kP2PTagBit | user_tag; }
+
+class Request {
+ public:
+  virtual ~Request() = default;
+  // Blocks until complete. Throws PeerError/DesyncError when the request failed (the
+  // Comm's abort reason), TimeoutError at the deadline (the request stays pending).
+  virtual void wait(Deadline deadline) = 0;
+  // True once complete; rethrows the failure like wait().
+  virtual bool test() = 0;
+};
+
+using RequestPtr = std::unique_ptr<Request>;
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  virtual RequestPtr isend(int peer, uint64_t tag, const void* data, size_t bytes) = 0;
+  virtual RequestPtr irecv(int peer, uint64_t tag, void* data, size_t bytes) = 0;
+
+  // Fails every pending and later request with `reason` (PeerError when null) and tells
+  // the peers, so that they abort too. Idempotent; the first reason wins.
+  virtual void abort(std::exception_ptr reason) = 0;
+  // The abort reason, or null while the Comm is healthy.
+  virtual std::exception_ptr error() const = 0;
+};
+
+}  // namespace tdist::transport

@@ -1,0 +1,226 @@
+// Bad input to the "tcp" backend, ranks as threads.
+//  - Invalid arguments (root, peer, null buffers, op for the dtype, counts lengths) throw
+//    InvalidArgument from the call itself; issued on one rank only, so a call that sent
+//    anything or took a sequence number would break the collective that follows.
+//  - Ranks that disagree (counts, dtypes, roots, operations) get an error on every rank
+//    within the group timeout plus a few seconds: never a hang, never a write outside
+//    the buffers (guard bytes).
+//  - abort() on one rank fails the others' pending operation with PeerError quickly.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pg/pg_test_util.h"
+
+namespace tdist::pg_test {
+namespace {
+
+void make_invalid_calls(int rank, ProcessGroup& pg) {
+  const int w = pg.size();
+  Buffer a(DType::kF64, 64), b(DType::kF64, 64 * static_cast<size_t>(w));
+  uint8_t* p = a.data();
+  uint8_t* q = b.data();
+  const std::vector<size_t> short_counts(static_cast<size_t>(w - 1), 1);
+  const std::vector<size_t> long_counts(static_cast<size_t>(w + 1), 1);
+  std::vector<size_t> ok_counts(static_cast<size_t>(w), 1);
+  std::vector<size_t> wrong_mine = ok_counts;
+  wrong_mine[static_cast<size_t>(rank)] = 2;
+  const DType f32 = DType::kF32;
+
+  // Ops invalid for the dtype.
+  EXPECT_THROW(pg.all_reduce(p, 4, f32, ReduceOpKind::kBand), InvalidArgument);
+  EXPECT_THROW(pg.all_reduce(p, 4, DType::kF64, ReduceOpKind::kBor), InvalidArgument);
+  EXPECT_THROW(pg.all_reduce(p, 4, DType::kBF16, ReduceOpKind::kBxor), InvalidArgument);
+  EXPECT_THROW(pg.all_reduce(p, 4, DType::kI32, ReduceOp::premul_sum(2.0)), InvalidArgument);
+  EXPECT_THROW(pg.all_reduce(p, 4, DType::kBool, ReduceOpKind::kAvg), InvalidArgument);
+  EXPECT_THROW(pg.reduce(p, p, 4, DType::kF16, ReduceOpKind::kBand, 0), InvalidArgument);
+  EXPECT_THROW(pg.reduce_scatter(q, p, 4, f32, ReduceOpKind::kBxor), InvalidArgument);
+  // Roots out of range.
+  for (int root : {-1, w, w + 7}) {
+    EXPECT_THROW(pg.broadcast(p, 4, f32, root), InvalidArgument) << root;
+    EXPECT_THROW(pg.reduce(p, p, 4, f32, ReduceOpKind::kSum, root), InvalidArgument) << root;
+    EXPECT_THROW(pg.gather(p, q, 4, f32, root), InvalidArgument) << root;
+    EXPECT_THROW(pg.scatter(q, p, 4, f32, root), InvalidArgument) << root;
+  }
+  // Null buffers with a non-zero count.
+  EXPECT_THROW(pg.all_reduce(nullptr, 10, f32), InvalidArgument);
+  EXPECT_THROW(pg.all_reduce(nullptr, p, 10, f32, ReduceOpKind::kSum), InvalidArgument);
+  EXPECT_THROW(pg.all_reduce(p, nullptr, 10, f32, ReduceOpKind::kSum), InvalidArgument);
+  EXPECT_THROW(pg.broadcast(nullptr, 3, f32, 0), InvalidArgument);
+  EXPECT_THROW(pg.reduce(nullptr, p, 3, f32, ReduceOpKind::kSum, 0), InvalidArgument);
+  EXPECT_THROW(pg.all_gather(nullptr, q, 3, f32), InvalidArgument);
+  EXPECT_THROW(pg.all_gather(p, nullptr, 3, f32), InvalidArgument);
+  EXPECT_THROW(pg.reduce_scatter(nullptr, p, 3, f32, ReduceOpKind::kSum), InvalidArgument);
+  EXPECT_THROW(pg.reduce_scatter(q, nullptr, 3, f32, ReduceOpKind::kSum), InvalidArgument);
+  EXPECT_THROW(pg.all_to_all(nullptr, q, 3, f32), InvalidArgument);
+  EXPECT_THROW(pg.all_to_all(q, nullptr, 3, f32), InvalidArgument);
+  EXPECT_THROW(pg.gather(nullptr, q, 3, f32, 0), InvalidArgument);
+  EXPECT_THROW(pg.all_gatherv(p, 1, nullptr, ok_counts, f32), InvalidArgument);
+  EXPECT_THROW(pg.all_to_allv(nullptr, ok_counts, q, ok_counts, f32), InvalidArgument);
+  EXPECT_THROW(pg.all_to_allv(q, ok_counts, nullptr, ok_counts, f32), InvalidArgument);
+  if (rank == 0) {
+    EXPECT_THROW(pg.gather(p, nullptr, 3, f32, 0), InvalidArgument);  // root needs recv
+    EXPECT_THROW(pg.scatter(nullptr, p, 3, f32, 0), InvalidArgument);  // root needs send
+    EXPECT_THROW(pg.reduce(p, nullptr, 3, f32, ReduceOpKind::kSum, 0), InvalidArgument);
+  }
+  // Counts of the wrong length, or disagreeing with this rank's own count.
+  EXPECT_THROW(pg.all_gatherv(p, 1, q, short_counts, f32), InvalidArgument);
+  EXPECT_THROW(pg.all_gatherv(p, 1, q, long_counts, f32), InvalidArgument);
+  EXPECT_THROW(pg.all_gatherv(p, 1, q, wrong_mine, f32), InvalidArgument);
+  EXPECT_THROW(pg.all_to_allv(p, short_counts, q, ok_counts, f32), InvalidArgument);
+  EXPECT_THROW(pg.all_to_allv(p, ok_counts, q, long_counts, f32), InvalidArgument);
+  // Peers out of range or self.
+  for (int peer : {-1, w, rank}) {
+    EXPECT_THROW(pg.isend(p, 1, f32, peer), InvalidArgument) << peer;
+    EXPECT_THROW(pg.irecv(p, 1, f32, peer), InvalidArgument) << peer;
+  }
+  // Sub-groups with bad ranks.
+  EXPECT_THROW(pg.new_group({}), InvalidArgument);
+  EXPECT_THROW(pg.new_group({0, w}), InvalidArgument);
+  EXPECT_THROW(pg.new_group({0, 0}), InvalidArgument);
+  EXPECT_TRUE(a.guards_intact() && b.guards_intact());
+}
+
+TEST(BadInputTest, InvalidArgumentsThrowAtTheCallAndLeaveTheGroupWorking) {
+  ThreadWorld world(3);
+  ASSERT_TRUE(world.ok());
+  world.run([](int rank, ProcessGroup& pg) {
+    // Only one rank at a time makes the bad calls; then everyone runs collectives.
+    for (int culprit = 0; culprit < pg.size(); ++culprit) {
+      if (rank == culprit) make_invalid_calls(rank, pg);
+      int64_t v = rank + 1;
+      pg.all_reduce(&v, 1, DType::kI64)->wait();
+      EXPECT_EQ(v, 6) << "after rank " << culprit << "'s invalid calls";
+      int32_t data[3] = {rank, rank, rank};
+      pg.broadcast(data, 3, DType::kI32, 2)->wait();
+      EXPECT_EQ(data[1], 2);
+    }
+  });
+}
+
+// ---- ranks that disagree --------------------------------------------------------------
+
+constexpr auto kShortTimeout = std::chrono::milliseconds(2000);
+constexpr auto kGrace = std::chrono::milliseconds(3000);
+
+// Runs issue(rank, pg, buffer) on 2 ranks of a group with a 2 s timeout: every rank must
+// see DesyncError, TimeoutError or PeerError within the timeout plus a grace, with the
+// guard bytes intact; a later collective must not hang either. With `may_succeed` (a
+// mismatch that no message reveals) success is allowed too, but not a hang.
+void expect_mismatch_fails(
+    size_t buffer_bytes,
+    const std::function<WorkPtr(int, ProcessGroup&, Buffer&, Buffer&)>& issue,
+    bool may_succeed = false) {
+  ThreadWorld world(2, kShortTimeout);
+  ASSERT_TRUE(world.ok());
+  world.run([&](int rank, ProcessGroup& pg) {
+    Buffer x(DType::kU8, buffer_bytes), y(DType::kU8, buffer_bytes);
+    const auto start = Clock::now();
+    WorkPtr work = issue(rank, pg, x, y);
+    std::exception_ptr error;
+    try {
+      work->wait(Deadline::after(kShortTimeout + kGrace + std::chrono::seconds(5)));
+    } catch (...) {
+      error = std::current_exception();
+    }
+    const auto elapsed = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
+    ASSERT_TRUE(work->is_completed())
+        << "rank " << rank << ": the mismatched " << work->op() << " still runs after "
+        << elapsed.count() << " ms (the group timeout is " << kShortTimeout.count() << " ms)";
+    EXPECT_TRUE(is_a<DesyncError>(error) || is_a<TimeoutError>(error) || is_a<PeerError>(error) ||
+                (may_succeed && error == nullptr))
+        << "rank " << rank << ": got " << describe(error);
+    EXPECT_LE(elapsed, kShortTimeout + kGrace) << "rank " << rank << ": " << describe(error);
+    EXPECT_TRUE(x.guards_intact() && y.guards_intact()) << "rank " << rank;
+    // A later collective ends too (most likely at once, the group being aborted).
+    int32_t v = 1;
+    WorkPtr later = pg.all_reduce(&v, 1, DType::kI32);
+    try {
+      later->wait(Deadline::after(kShortTimeout + kGrace));
+    } catch (const Error&) {
+    }
+    EXPECT_TRUE(later->is_completed()) << "rank " << rank;
+  });
+}
+
+TEST(MismatchTest, AllReduceCounts10And20) {
+  expect_mismatch_fails(4 * 20, [](int rank, ProcessGroup& pg, Buffer& x, Buffer& y) {
+    const size_t count = rank == 0 ? 10 : 20;
+    return pg.all_reduce(x.data(), y.data(), count, DType::kF32, ReduceOpKind::kSum);
+  });
+}
+
+TEST(MismatchTest, AllReduceCounts1023And100000) {
+  expect_mismatch_fails(4 * 100000, [](int rank, ProcessGroup& pg, Buffer& x, Buffer&) {
+    return pg.all_reduce(x.data(), rank == 0 ? 100000 : 1023, DType::kF32);
+  });
+}
+
+TEST(MismatchTest, AllReduceDtypesF32AndF64) {
+  expect_mismatch_fails(8 * 1000, [](int rank, ProcessGroup& pg, Buffer& x, Buffer&) {
+    return pg.all_reduce(x.data(), 1000, rank == 0 ? DType::kF32 : DType::kF64);
+  });
+}
+
+TEST(MismatchTest, AllGatherCounts) {
+  expect_mismatch_fails(4 * 2 * 300, [](int rank, ProcessGroup& pg, Buffer& x, Buffer& y) {
+    return pg.all_gather(x.data(), y.data(), rank == 0 ? 300 : 7, DType::kF32);
+  });
+}
+
+// Each rank names itself the root: both only send, so nothing reveals the mismatch (as
+// with torch's gloo); it must still end, without touching memory outside the buffers.
+TEST(MismatchTest, BroadcastRootsEndWithoutHanging) {
+  expect_mismatch_fails(
+      4 * 500,
+      [](int rank, ProcessGroup& pg, Buffer& x, Buffer&) {
+        return pg.broadcast(x.data(), 500, DType::kI32, rank);
+      },
+      /*may_succeed=*/true);
+}
+
+TEST(MismatchTest, DifferentOperations) {
+  expect_mismatch_fails(4 * 2 * 64, [](int rank, ProcessGroup& pg, Buffer& x, Buffer& y) {
+    if (rank == 0) return pg.all_reduce(x.data(), 64, DType::kF32);
+    return pg.all_gather(x.data(), y.data(), 64, DType::kF32);
+  });
+}
+
+// ---- abort ----------------------------------------------------------------------------
+
+TEST(AbortTest, AbortOnOneRankFailsThePeersPendingAllReduceWithPeerError) {
+  ThreadWorld world(3, std::chrono::minutes(10));
+  ASSERT_TRUE(world.ok());
+  std::atomic<int64_t> abort_ns{0};
+  world.run([&](int rank, ProcessGroup& pg) {
+    std::vector<float> data(1000, 1.0f);
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the others wait
+      abort_ns = Clock::now().time_since_epoch().count();
+      pg.abort();
+      EXPECT_THROW(pg.all_reduce(data.data(), data.size(), DType::kF32)->wait(), PeerError);
+      return;
+    }
+    WorkPtr w = pg.all_reduce(data.data(), data.size(), DType::kF32);
+    std::exception_ptr error;
+    try {
+      w->wait(Deadline::after(std::chrono::seconds(15)));
+    } catch (...) {
+      error = std::current_exception();
+    }
+    const auto now = Clock::now().time_since_epoch().count();
+    EXPECT_TRUE(is_a<PeerError>(error)) << "rank " << rank << ": " << describe(error);
+    EXPECT_LE(now - abort_ns.load(), int64_t{5'000'000'000}) << "rank " << rank;
+    // Later operations fail at once.
+    const auto start = Clock::now();
+    EXPECT_THROW(pg.all_reduce(data.data(), data.size(), DType::kF32)->wait(), PeerError);
+    EXPECT_LE(Clock::now() - start, std::chrono::seconds(1));
+  });
+}
+
+}  // namespace
+}  // namespace tdist::pg_test

@@ -1,0 +1,198 @@
+// Point-to-point and asynchronous completion of the "tcp" backend, ranks as threads:
+// tags matched out of order, equal tags in order, batch_isend_irecv ring exchanges,
+// sends to self rejected; many collectives in flight waited in reverse order, and the
+// Work state (is_completed, is_success, exception).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "pg/pg_test_util.h"
+
+namespace tdist::pg_test {
+namespace {
+
+std::vector<int32_t> payload(uint32_t tag, size_t n) {
+  std::vector<int32_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<int32_t>(tag * 100000 + i);
+  return v;
+}
+
+TEST(P2PTest, TagsAreMatchedOutOfOrder) {
+  ThreadWorld world(2);
+  ASSERT_TRUE(world.ok());
+  world.run([](int rank, ProcessGroup& pg) {
+    // Sizes differ per tag, so a receive matched to the wrong tag fails or shows.
+    auto size_of = [](uint32_t tag) { return static_cast<size_t>(tag) * 1000 + 1; };
+    if (rank == 0) {
+      std::vector<std::vector<int32_t>> data;
+      std::vector<WorkPtr> sends;
+      for (uint32_t tag : {1u, 2u, 3u}) data.push_back(payload(tag, size_of(tag)));
+      for (uint32_t tag : {1u, 2u, 3u}) {
+        sends.push_back(pg.isend(data[tag - 1].data(), size_of(tag), DType::kI32, 1, tag));
+      }
+      for (WorkPtr& w : sends) w->wait();
+    } else {
+      std::vector<std::vector<int32_t>> got(4);
+      std::vector<WorkPtr> recvs;
+      for (uint32_t tag : {3u, 2u, 1u}) {
+        got[tag].assign(size_of(tag), -1);
+        recvs.push_back(pg.irecv(got[tag].data(), size_of(tag), DType::kI32, 0, tag));
+      }
+      for (WorkPtr& w : recvs) w->wait();
+      for (uint32_t tag : {1u, 2u, 3u}) EXPECT_EQ(got[tag], payload(tag, size_of(tag))) << tag;
+    }
+  });
+}
+
+TEST(P2PTest, EqualTagsArriveInSendOrderAndZeroCountsWork) {
+  ThreadWorld world(2);
+  ASSERT_TRUE(world.ok());
+  world.run([](int rank, ProcessGroup& pg) {
+    constexpr int kMessages = 8;
+    if (rank == 1) {
+      for (int m = 0; m < kMessages; ++m) {
+        std::vector<int32_t> v = payload(static_cast<uint32_t>(m), 100);
+        pg.send(v.data(), v.size(), DType::kI32, 0, 7);
+      }
+      pg.send(nullptr, 0, DType::kF32, 0, 9);  // zero elements, null buffer
+    } else {
+      std::vector<std::vector<int32_t>> got(kMessages, std::vector<int32_t>(100, -1));
+      std::vector<WorkPtr> recvs;
+      for (int m = 0; m < kMessages; ++m) {
+        recvs.push_back(pg.irecv(got[static_cast<size_t>(m)].data(), 100, DType::kI32, 1, 7));
+      }
+      pg.recv(nullptr, 0, DType::kF32, 1, 9);
+      for (WorkPtr& w : recvs) w->wait();
+      for (int m = 0; m < kMessages; ++m) {
+        EXPECT_EQ(got[static_cast<size_t>(m)], payload(static_cast<uint32_t>(m), 100)) << m;
+      }
+    }
+  });
+}
+
+TEST(P2PTest, BatchIsendIrecvRingExchange) {
+  for (int w : {2, 4}) {
+    ThreadWorld world(w);
+    ASSERT_TRUE(world.ok());
+    world.run([](int rank, ProcessGroup& pg) {
+      const int n = pg.size();
+      const int right = (rank + 1) % n;
+      const int left = (rank + n - 1) % n;
+      constexpr size_t kCount = 4099;
+      Buffer to_right(DType::kF32, kCount), to_left(DType::kF32, kCount);
+      Buffer from_left(DType::kF32, kCount), from_right(DType::kF32, kCount);
+      fill_pattern(to_right.data(), to_right.bytes(), 5, rank, right);
+      fill_pattern(to_left.data(), to_left.bytes(), 6, rank, left);
+      // Both directions, with distinct tags (with two ranks left == right).
+      std::vector<P2POp> ops = {
+          {P2POp::Kind::kRecv, from_left.data(), kCount, DType::kF32, left, 1},
+          {P2POp::Kind::kSend, to_right.data(), kCount, DType::kF32, right, 1},
+          {P2POp::Kind::kSend, to_left.data(), kCount, DType::kF32, left, 2},
+          {P2POp::Kind::kRecv, from_right.data(), kCount, DType::kF32, right, 2},
+      };
+      pg.batch_isend_irecv(ops)->wait();
+      EXPECT_EQ(pattern_mismatch(from_left.data(), from_left.bytes(), 5, left, rank), -1);
+      EXPECT_EQ(pattern_mismatch(from_right.data(), from_right.bytes(), 6, right, rank), -1);
+      EXPECT_TRUE(from_left.guards_intact() && from_right.guards_intact());
+    });
+  }
+}
+
+TEST(P2PTest, SendToSelfAndBadPeersAreInvalidArguments) {
+  ThreadWorld world(3);
+  ASSERT_TRUE(world.ok());
+  world.run([](int rank, ProcessGroup& pg) {
+    int32_t x = 0;
+    EXPECT_THROW(pg.isend(&x, 1, DType::kI32, rank), InvalidArgument);
+    EXPECT_THROW(pg.irecv(&x, 1, DType::kI32, rank), InvalidArgument);
+    EXPECT_THROW(pg.isend(&x, 1, DType::kI32, 3), InvalidArgument);
+    EXPECT_THROW(pg.irecv(&x, 1, DType::kI32, -1), InvalidArgument);
+    EXPECT_THROW(pg.isend(nullptr, 1, DType::kI32, (rank + 1) % 3), InvalidArgument);
+    P2POp self{P2POp::Kind::kSend, &x, 1, DType::kI32, rank, 0};
+    EXPECT_THROW(pg.batch_isend_irecv(std::span<const P2POp>(&self, 1)), InvalidArgument);
+    // The group still works.
+    pg.barrier()->wait();
+    int32_t v = rank;
+    pg.all_reduce(&v, 1, DType::kI32)->wait();
+    EXPECT_EQ(v, 0 + 1 + 2);
+  });
+}
+
+TEST(AsyncTest, TenAllReducesInFlightWaitedInReverseOrder) {
+  ThreadWorld world(3);
+  ASSERT_TRUE(world.ok());
+  world.run([](int rank, ProcessGroup& pg) {
+    constexpr int kOps = 10;
+    constexpr size_t kCount = 50000;
+    std::vector<std::vector<int64_t>> data(kOps);
+    std::vector<WorkPtr> works;
+    for (int k = 0; k < kOps; ++k) {
+      data[static_cast<size_t>(k)].assign(kCount, int64_t{k} * 1000 + rank);
+      works.push_back(pg.all_reduce(data[static_cast<size_t>(k)].data(), kCount, DType::kI64));
+    }
+    for (int k = kOps - 1; k >= 0; --k) {
+      works[static_cast<size_t>(k)]->wait();
+      EXPECT_TRUE(works[static_cast<size_t>(k)]->is_completed());
+      EXPECT_TRUE(works[static_cast<size_t>(k)]->is_success());
+      EXPECT_EQ(works[static_cast<size_t>(k)]->exception(), nullptr);
+      const int64_t want = 3 * (int64_t{k} * 1000) + 0 + 1 + 2;
+      EXPECT_EQ(data[static_cast<size_t>(k)].front(), want) << "op " << k;
+      EXPECT_EQ(data[static_cast<size_t>(k)].back(), want) << "op " << k;
+    }
+  });
+}
+
+TEST(AsyncTest, IsCompletedBecomesTrueWithoutWait) {
+  ThreadWorld world(2);
+  ASSERT_TRUE(world.ok());
+  world.run([](int rank, ProcessGroup& pg) {
+    std::vector<float> a(100000, 1.0f);
+    std::vector<float> b(100000, static_cast<float>(rank));
+    std::vector<float> g(200000, 0.0f);
+    int32_t p = rank;
+    std::vector<WorkPtr> works = {
+        pg.all_reduce(a.data(), a.size(), DType::kF32), pg.all_gather(b.data(), g.data(), 100000,
+                                                                      DType::kF32),
+        pg.barrier(),
+        rank == 0 ? pg.isend(&p, 1, DType::kI32, 1) : pg.irecv(&p, 1, DType::kI32, 0),
+        pg.all_reduce(nullptr, 0, DType::kF32, ReduceOpKind::kSum)};
+    const auto deadline = Clock::now() + seconds(20);
+    for (WorkPtr& w : works) {
+      while (!w->is_completed() && Clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      EXPECT_TRUE(w->is_completed()) << w->op() << " never completed without wait()";
+      EXPECT_TRUE(w->is_success()) << w->op();
+      EXPECT_EQ(w->exception(), nullptr) << w->op() << ": " << describe(w->exception());
+    }
+    EXPECT_EQ(a[99999], 2.0f);
+    EXPECT_EQ(g[99999], 0.0f);
+    EXPECT_EQ(g[100000], 1.0f);
+    EXPECT_EQ(p, 0);
+  });
+}
+
+TEST(AsyncTest, WaitWithDeadlineReturnsTimeoutErrorAndLeavesTheOpRunning) {
+  ThreadWorld world(2, seconds(30));
+  ASSERT_TRUE(world.ok());
+  world.run([](int rank, ProcessGroup& pg) {
+    int32_t v = rank + 1;
+    if (rank == 0) {
+      WorkPtr w = pg.all_reduce(&v, 1, DType::kI32);
+      // Rank 1 joins only after 300 ms: a 50 ms wait ends with TimeoutError...
+      EXPECT_THROW(w->wait(Deadline::after(std::chrono::milliseconds(50))), TimeoutError);
+      EXPECT_FALSE(w->is_completed());
+      // ...and the operation still completes.
+      w->wait(Deadline::after(seconds(20)));
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      pg.all_reduce(&v, 1, DType::kI32)->wait();
+    }
+    EXPECT_EQ(v, 3);
+  });
+}
+
+}  // namespace
+}  // namespace tdist::pg_test

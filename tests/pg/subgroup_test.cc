@@ -1,0 +1,139 @@
+// Sub-groups of the "tcp" backend, ranks as threads: new_group and split membership and
+// rank translation, nested sub-groups, and collectives on a sub-group running
+// concurrently with collectives on its parent (two threads issuing on each rank).
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "pg/pg_test_util.h"
+
+namespace tdist::pg_test {
+namespace {
+
+constexpr int kWorld = 6;
+
+// all_reduce(sum) of f64 values v(global rank, round) on `pg`; checks the result.
+void sum_round(ProcessGroup& pg, int round, const char* label) {
+  const size_t count = 257;
+  Buffer data(DType::kF64, count);
+  const int me = pg.global_rank(pg.rank());
+  for (size_t i = 0; i < count; ++i) put_float(DType::kF64, data.data(), i, me * 1000 + round + i);
+  pg.all_reduce(data.data(), count, DType::kF64)->wait();
+  double members = 0;
+  for (int g : pg.global_ranks()) members += g * 1000;
+  for (size_t i = 0; i < count; ++i) {
+    const double want = members + pg.size() * static_cast<double>(round + i);
+    const double got = get_float(DType::kF64, data.data(), i);
+    if (got != want) {
+      ADD_FAILURE() << label << " (global rank " << me << ") round " << round << " element " << i
+                    << ": got " << got << ", expected " << want;
+      return;
+    }
+  }
+  EXPECT_TRUE(data.guards_intact()) << label;
+}
+
+TEST(SubGroupTest, NewGroupOfEvenRanksTranslatesRanksAndSkipsNonMembers) {
+  ThreadWorld world(kWorld);
+  ASSERT_TRUE(world.ok());
+  world.run([](int rank, ProcessGroup& pg) {
+    std::shared_ptr<ProcessGroup> evens = pg.new_group({4, 0, 2});  // any order; sorted
+    if (rank % 2 != 0) {
+      EXPECT_EQ(evens, nullptr) << "rank " << rank << " is not a member";
+      return;
+    }
+    ASSERT_NE(evens, nullptr) << "rank " << rank;
+    EXPECT_EQ(evens->size(), 3);
+    EXPECT_EQ(evens->rank(), rank / 2);
+    EXPECT_EQ(evens->backend_name(), "tcp");
+    EXPECT_EQ(evens->global_ranks(), (std::vector<int>{0, 2, 4}));
+    EXPECT_EQ(evens->global_rank(1), 2);
+    EXPECT_EQ(evens->group_rank(4), 2);
+    EXPECT_EQ(evens->group_rank(3), -1);
+    EXPECT_THROW(evens->global_rank(3), InvalidArgument);
+    EXPECT_THROW(evens->global_rank(-1), InvalidArgument);
+    for (int round = 0; round < 3; ++round) sum_round(*evens, round, "evens");
+
+    // A sub-group of a sub-group still translates to the world's ranks.
+    std::shared_ptr<ProcessGroup> nested = evens->new_group({1, 2});
+    if (rank == 0) {
+      EXPECT_EQ(nested, nullptr);
+    } else {
+      ASSERT_NE(nested, nullptr);
+      EXPECT_EQ(nested->global_ranks(), (std::vector<int>{2, 4}));
+      EXPECT_EQ(nested->rank(), rank / 2 - 1);
+      sum_round(*nested, 7, "nested");
+    }
+  });
+}
+
+TEST(SubGroupTest, SplitByParityOrdersByKeyThenRank) {
+  ThreadWorld world(kWorld);
+  ASSERT_TRUE(world.ok());
+  world.run([](int rank, ProcessGroup& pg) {
+    std::shared_ptr<ProcessGroup> half = pg.split(rank % 2, -rank);
+    ASSERT_NE(half, nullptr) << "rank " << rank;
+    // key = -rank: the largest rank comes first.
+    const std::vector<int> want = rank % 2 == 0 ? std::vector<int>{4, 2, 0}
+                                                : std::vector<int>{5, 3, 1};
+    EXPECT_EQ(half->global_ranks(), want) << "rank " << rank;
+    EXPECT_EQ(half->rank(), (kWorld - 1 - rank) / 2) << "rank " << rank;
+    EXPECT_EQ(half->group_rank(rank), half->rank());
+    sum_round(*half, 1, "split");
+
+    // A negative color joins nothing; equal keys fall back to rank order.
+    std::shared_ptr<ProcessGroup> some = pg.split(rank < 2 ? -1 : 0, 0);
+    if (rank < 2) {
+      EXPECT_EQ(some, nullptr) << "rank " << rank;
+    } else {
+      ASSERT_NE(some, nullptr) << "rank " << rank;
+      EXPECT_EQ(some->global_ranks(), (std::vector<int>{2, 3, 4, 5}));
+      sum_round(*some, 2, "split of ranks 2..5");
+    }
+  });
+}
+
+TEST(SubGroupTest, SubGroupsRunConcurrentlyWithTheirParent) {
+  ThreadWorld world(kWorld);
+  ASSERT_TRUE(world.ok());
+  world.run([](int rank, ProcessGroup& pg) {
+    std::shared_ptr<ProcessGroup> evens = pg.new_group({0, 2, 4});
+    std::shared_ptr<ProcessGroup> half = pg.split(rank % 2, -rank);
+    ASSERT_NE(half, nullptr);
+    constexpr int kRounds = 25;
+    // Each rank issues on the parent from one thread and on its sub-groups from others.
+    std::thread on_half([&] {
+      for (int round = 0; round < kRounds; ++round) sum_round(*half, round, "split");
+    });
+    std::thread on_evens([&] {
+      if (evens == nullptr) return;
+      for (int round = 0; round < kRounds; ++round) sum_round(*evens, round, "evens");
+    });
+    for (int round = 0; round < kRounds; ++round) sum_round(pg, round, "world");
+    on_half.join();
+    on_evens.join();
+  });
+}
+
+TEST(SubGroupTest, AsyncOperationsOnParentAndSubGroupInterleave) {
+  ThreadWorld world(4);
+  ASSERT_TRUE(world.ok());
+  world.run([](int rank, ProcessGroup& pg) {
+    std::shared_ptr<ProcessGroup> pair = pg.split(rank / 2, rank);  // {0,1} and {2,3}
+    ASSERT_NE(pair, nullptr);
+    // Issue on both without waiting, then wait in the opposite order.
+    std::vector<int32_t> a(1000, rank + 1), b(1000, 10 * (rank + 1));
+    WorkPtr on_world = pg.all_reduce(a.data(), a.size(), DType::kI32);
+    WorkPtr on_pair = pair->all_reduce(b.data(), b.size(), DType::kI32);
+    on_pair->wait();
+    on_world->wait();
+    const int32_t pair_sum = rank < 2 ? 10 * (1 + 2) : 10 * (3 + 4);
+    EXPECT_EQ(a[999], 1 + 2 + 3 + 4);
+    EXPECT_EQ(b[0], pair_sum);
+  });
+}
+
+}  // namespace
+}  // namespace tdist::pg_test
