@@ -40,11 +40,17 @@ class LogLine {
   std::ostringstream out_;
 };
 
+// Turns the streamed LogLine into void so both branches of TDIST_LOG's ?: agree.
+struct LogVoidify {
+  void operator&(const LogLine&) const {}
+};
+
 }  // namespace detail
 }  // namespace tdist
 
 // TDIST_LOG(kWarn) << "text " << value;   (the arguments are not evaluated when off)
-#define TDIST_LOG(level)                                 \
-  if (!::tdist::log_enabled(::tdist::LogLevel::level)) { \
-  } else                                                 \
-    ::tdist::detail::LogLine(::tdist::LogLevel::level)
+// An expression, so it is safe inside an unbraced if/else.
+#define TDIST_LOG(level)                          \
+  !::tdist::log_enabled(::tdist::LogLevel::level) \
+      ? (void)0                                   \
+      : ::tdist::detail::LogVoidify() & ::tdist::detail::LogLine(::tdist::LogLevel::level)

@@ -63,7 +63,7 @@ void ring(const Ctx& ctx, const Vec& v) {
   RequestQueue sends(ctx);
   RequestQueue recvs(ctx);
   size_t posted = 0;
-  auto post_recvs_before = [&](size_t limit) {
+  auto post_recvs_before = [&](size_t limit, size_t current) {
     for (; posted < std::min(limit, units); ++posted) {
       const size_t s = posted / nch;
       const Span sp = region(recv_block(s), posted % nch);
@@ -72,8 +72,11 @@ void ring(const Ctx& ctx, const Vec& v) {
       if (s < rs_steps) {
         dst = scratch.data() + (posted % detail::kPipelineDepth) * slot_elems * es;
       } else {
-        // The all-gather lands where a reduce-scatter send of step s-(n-1) read from.
-        sends.wait_through((s - rs_steps) * nch + posted % nch);
+        // The all-gather lands where unit `src` (reduce-scatter step s-(n-1)) reduced
+        // into and then sent from: post it only once that send was posted and is done.
+        const size_t src = (s - rs_steps) * nch + posted % nch;
+        if (src > current) break;
+        sends.wait_through(src);
         dst = v.data + sp.offset * es;
       }
       recvs.push(
@@ -92,7 +95,7 @@ void ring(const Ctx& ctx, const Vec& v) {
                  u);
     }
     while (sends.size() > 2 * detail::kPipelineDepth) sends.wait_front();
-    post_recvs_before(u + detail::kPipelineDepth);
+    post_recvs_before(u + detail::kPipelineDepth, u);
     const Span in = region(recv_block(s), c);
     if (in.length == 0) continue;
     recvs.wait_front();

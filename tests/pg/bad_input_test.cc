@@ -63,7 +63,7 @@ void make_invalid_calls(int rank, ProcessGroup& pg) {
   EXPECT_THROW(pg.all_to_allv(nullptr, ok_counts, q, ok_counts, f32), InvalidArgument);
   EXPECT_THROW(pg.all_to_allv(q, ok_counts, nullptr, ok_counts, f32), InvalidArgument);
   if (rank == 0) {
-    EXPECT_THROW(pg.gather(p, nullptr, 3, f32, 0), InvalidArgument);  // root needs recv
+    EXPECT_THROW(pg.gather(p, nullptr, 3, f32, 0), InvalidArgument);   // root needs recv
     EXPECT_THROW(pg.scatter(nullptr, p, 3, f32, 0), InvalidArgument);  // root needs send
     EXPECT_THROW(pg.reduce(p, nullptr, 3, f32, ReduceOpKind::kSum, 0), InvalidArgument);
   }
@@ -112,8 +112,7 @@ constexpr auto kGrace = std::chrono::milliseconds(3000);
 // guard bytes intact; a later collective must not hang either. With `may_succeed` (a
 // mismatch that no message reveals) success is allowed too, but not a hang.
 void expect_mismatch_fails(
-    size_t buffer_bytes,
-    const std::function<WorkPtr(int, ProcessGroup&, Buffer&, Buffer&)>& issue,
+    size_t buffer_bytes, const std::function<WorkPtr(int, ProcessGroup&, Buffer&, Buffer&)>& issue,
     bool may_succeed = false) {
   ThreadWorld world(2, kShortTimeout);
   ASSERT_TRUE(world.ok());
@@ -187,6 +186,27 @@ TEST(MismatchTest, DifferentOperations) {
   expect_mismatch_fails(4 * 2 * 64, [](int rank, ProcessGroup& pg, Buffer& x, Buffer& y) {
     if (rank == 0) return pg.all_reduce(x.data(), 64, DType::kF32);
     return pg.all_gather(x.data(), y.data(), 64, DType::kF32);
+  });
+}
+
+// ---- timeout --------------------------------------------------------------------------
+
+TEST(TimeoutTest, AnAbsentPeerEndsTheOperationWithTimeoutErrorAtTheGroupTimeout) {
+  constexpr auto kTimeout = std::chrono::milliseconds(1000);
+  ThreadWorld world(2, kTimeout);
+  ASSERT_TRUE(world.ok());
+  world.run([&](int rank, ProcessGroup& pg) {
+    std::vector<float> data(100, 1.0f);
+    if (rank == 1) {
+      std::this_thread::sleep_for(kTimeout * 2);  // never joins rank 0's all_reduce
+      return;
+    }
+    const auto start = Clock::now();
+    WorkPtr w = pg.all_reduce(data.data(), data.size(), DType::kF32);
+    EXPECT_THROW(w->wait(Deadline::after(std::chrono::seconds(10))), TimeoutError);
+    const auto elapsed = Clock::now() - start;
+    EXPECT_GE(elapsed, kTimeout - std::chrono::milliseconds(50));
+    EXPECT_LE(elapsed, kTimeout + std::chrono::seconds(2));
   });
 }
 

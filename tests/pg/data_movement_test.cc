@@ -24,8 +24,8 @@ std::string name_of(const char* coll, DType t, size_t count, const std::string& 
 }
 
 // Checks that `p` holds the block `src` sent to `dst`.
-void expect_block(int rank, const std::string& name, const uint8_t* p, size_t bytes,
-                  uint64_t seed, int src, int dst) {
+void expect_block(int rank, const std::string& name, const uint8_t* p, size_t bytes, uint64_t seed,
+                  int src, int dst) {
   int64_t at = pattern_mismatch(p, bytes, seed, src, dst);
   if (at >= 0) {
     ADD_FAILURE() << "rank " << rank << ": " << name << ": block from rank " << src
@@ -194,6 +194,23 @@ TEST_P(DataMovementTest, BroadcastGatherScatterEveryDtypeCountAndRoot) {
         scatter_case(rank, pg, t, count, (root + 2) % pg.size(), ++seed);
       }
     }
+  });
+}
+
+TEST_P(DataMovementTest, BroadcastByChainEveryDtypeCountAndRoot) {
+  ScopedEnvVar algo("TDIST_ALGO", "broadcast=chain");
+  ThreadWorld world(GetParam());
+  ASSERT_TRUE(world.ok());
+  world.run([](int rank, ProcessGroup& pg) {
+    uint64_t seed = 50;
+    int root = 0;
+    for (DType t : kAllDTypes) {
+      for (size_t count : kSmallCounts) {
+        root = (root + 1) % pg.size();
+        broadcast_case(rank, pg, t, count, root, ++seed);
+      }
+    }
+    broadcast_case(rank, pg, DType::kF32, 300007, pg.size() / 2, ++seed);
   });
 }
 

@@ -100,6 +100,47 @@ TEST(P2PTest, BatchIsendIrecvRingExchange) {
   }
 }
 
+TEST(P2PTest, LargeMessagesBothWaysAtOnce) {
+  ThreadWorld world(2);
+  ASSERT_TRUE(world.ok());
+  world.run([](int rank, ProcessGroup& pg) {
+    constexpr size_t kCount = (size_t{1} << 22) + 1;  // 16 MiB of f32 each way
+    const int peer = 1 - rank;
+    Buffer out(DType::kF32, kCount), in(DType::kF32, kCount);
+    fill_pattern(out.data(), out.bytes(), 11, rank, peer);
+    // Both ranks send before they receive: the transport must not deadlock on it.
+    WorkPtr s = pg.isend(out.data(), kCount, DType::kF32, peer, 4);
+    WorkPtr r = pg.irecv(in.data(), kCount, DType::kF32, peer, 4);
+    s->wait();
+    r->wait();
+    EXPECT_EQ(pattern_mismatch(in.data(), in.bytes(), 11, peer, rank), -1);
+    EXPECT_TRUE(in.guards_intact());
+  });
+}
+
+TEST(P2PTest, ReceiveOfAnotherSizeFailsWithoutOverrunningTheBuffer) {
+  ThreadWorld world(2, seconds(3));
+  ASSERT_TRUE(world.ok());
+  world.run([](int rank, ProcessGroup& pg) {
+    Buffer buf(DType::kI32, 1000);
+    std::exception_ptr error;
+    const auto start = Clock::now();
+    WorkPtr w = rank == 0 ? pg.isend(buf.data(), 1000, DType::kI32, 1, 5)
+                          : pg.irecv(buf.data(), 10, DType::kI32, 0, 5);
+    try {
+      w->wait(Deadline::after(seconds(10)));
+    } catch (...) {
+      error = std::current_exception();
+    }
+    EXPECT_TRUE(w->is_completed()) << "rank " << rank;
+    if (rank == 1) {
+      EXPECT_TRUE(is_a<DesyncError>(error) || is_a<PeerError>(error)) << describe(error);
+    }
+    EXPECT_LE(Clock::now() - start, seconds(6)) << "rank " << rank;
+    EXPECT_TRUE(buf.guards_intact()) << "rank " << rank;
+  });
+}
+
 TEST(P2PTest, SendToSelfAndBadPeersAreInvalidArguments) {
   ThreadWorld world(3);
   ASSERT_TRUE(world.ok());
@@ -153,9 +194,8 @@ TEST(AsyncTest, IsCompletedBecomesTrueWithoutWait) {
     std::vector<float> g(200000, 0.0f);
     int32_t p = rank;
     std::vector<WorkPtr> works = {
-        pg.all_reduce(a.data(), a.size(), DType::kF32), pg.all_gather(b.data(), g.data(), 100000,
-                                                                      DType::kF32),
-        pg.barrier(),
+        pg.all_reduce(a.data(), a.size(), DType::kF32),
+        pg.all_gather(b.data(), g.data(), 100000, DType::kF32), pg.barrier(),
         rank == 0 ? pg.isend(&p, 1, DType::kI32, 1) : pg.irecv(&p, 1, DType::kI32, 0),
         pg.all_reduce(nullptr, 0, DType::kF32, ReduceOpKind::kSum)};
     const auto deadline = Clock::now() + seconds(20);
@@ -171,6 +211,54 @@ TEST(AsyncTest, IsCompletedBecomesTrueWithoutWait) {
     EXPECT_EQ(g[99999], 0.0f);
     EXPECT_EQ(g[100000], 1.0f);
     EXPECT_EQ(p, 0);
+  });
+}
+
+TEST(AsyncTest, ZeroCountsWithNullBuffersCompleteForEveryCollective) {
+  ThreadWorld world(3);
+  ASSERT_TRUE(world.ok());
+  world.run([](int rank, ProcessGroup& pg) {
+    const std::vector<size_t> zeros(3, 0);
+    const DType t = DType::kF32;
+    const ReduceOp sum = ReduceOpKind::kSum;
+    std::vector<WorkPtr> works = {pg.all_reduce(nullptr, nullptr, 0, t, sum),
+                                  pg.broadcast(nullptr, 0, t, 1),
+                                  pg.reduce(nullptr, nullptr, 0, t, sum, 2),
+                                  pg.all_gather(nullptr, nullptr, 0, t),
+                                  pg.all_gatherv(nullptr, 0, nullptr, zeros, t),
+                                  pg.gather(nullptr, nullptr, 0, t, 0),
+                                  pg.scatter(nullptr, nullptr, 0, t, 1),
+                                  pg.reduce_scatter(nullptr, nullptr, 0, t, sum),
+                                  pg.all_to_all(nullptr, nullptr, 0, t),
+                                  pg.all_to_allv(nullptr, zeros, nullptr, zeros, t),
+                                  pg.isend(nullptr, 0, t, (rank + 1) % 3),
+                                  pg.irecv(nullptr, 0, t, (rank + 2) % 3)};
+    for (WorkPtr& w : works) {
+      w->wait(Deadline::after(seconds(20)));
+      EXPECT_TRUE(w->is_success()) << w->op();
+    }
+    int32_t v = 1;
+    pg.all_reduce(&v, 1, DType::kI32)->wait();  // the ranks are still in step
+    EXPECT_EQ(v, 3);
+  });
+}
+
+TEST(AsyncTest, DestroyingAGroupLetsQueuedOperationsFinish) {
+  ThreadWorld world(3);
+  ASSERT_TRUE(world.ok());
+  world.run_collect([&](int rank, ProcessGroup&) {
+    constexpr size_t kCount = 200000;
+    std::vector<std::vector<int32_t>> data(5, std::vector<int32_t>(kCount, rank));
+    std::vector<WorkPtr> works;
+    for (auto& d : data)
+      works.push_back(world.shared(rank)->all_reduce(d.data(), kCount, DType::kI32));
+    world.shared(rank).reset();  // the last reference: the group is destroyed here
+    for (size_t k = 0; k < works.size(); ++k) {
+      EXPECT_TRUE(works[k]->is_completed()) << "rank " << rank << " op " << k;
+      EXPECT_TRUE(works[k]->is_success())
+          << "rank " << rank << " op " << k << ": " << describe(works[k]->exception());
+      EXPECT_EQ(data[k][kCount - 1], 0 + 1 + 2) << "rank " << rank << " op " << k;
+    }
   });
 }
 

@@ -118,8 +118,8 @@ std::vector<Outcome> run_workers(const std::string& mode, const std::string& dir
     if (!done[i] && pids[i] > 0) {
       ::kill(pids[i], SIGKILL);
       ::waitpid(pids[i], nullptr, 0);
-      ADD_FAILURE() << "rank " << i << " (" << mode << ") was still running after "
-                    << limit.count() << " s and was killed";
+      ADD_FAILURE() << "rank " << i << " (" << mode << ") was still running after " << limit.count()
+                    << " s and was killed";
     }
   }
   return out;

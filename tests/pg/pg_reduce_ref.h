@@ -68,8 +68,8 @@ inline int64_t int_input(DType t, ReduceOpKind op, int rank, size_t index, uint6
 }
 
 // Writes rank `rank`'s inputs for elements first_index .. first_index + count - 1.
-inline void fill_inputs(DType t, ReduceOp op, int rank, void* buf, size_t count,
-                        size_t first_index, uint64_t seed) {
+inline void fill_inputs(DType t, ReduceOp op, int rank, void* buf, size_t count, size_t first_index,
+                        uint64_t seed) {
   for (size_t i = 0; i < count; ++i) {
     if (is_floating(t)) {
       put_float(t, buf, i, float_input(t, op.kind, rank, first_index + i, seed));
@@ -180,8 +180,8 @@ inline double float_tolerance(DType t, ReduceOpKind op, double expected) {
 
 // Checks `got` (count elements) against the reduction over `world` ranks of elements
 // first_index.. of the inputs; returns a description of the first mismatch, or "".
-inline std::string check_reduction(DType t, ReduceOp op, int world, const void* got,
-                                   size_t count, size_t first_index, uint64_t seed) {
+inline std::string check_reduction(DType t, ReduceOp op, int world, const void* got, size_t count,
+                                   size_t first_index, uint64_t seed) {
   for (size_t i = 0; i < count; ++i) {
     const size_t index = first_index + i;
     if (is_floating(t)) {

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -132,6 +133,32 @@ class ThreadWorld {
   std::shared_ptr<Store> store_;
   std::vector<std::shared_ptr<ProcessGroup>> groups_;
   bool ok_ = true;
+};
+
+// Sets an environment variable for a scope (before any rank thread starts: setenv is not
+// thread-safe) and restores the old value after.
+class ScopedEnvVar {
+ public:
+  ScopedEnvVar(const char* name, const std::string& value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnvVar() {
+    if (had_) {
+      ::setenv(name_, old_.c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+  ScopedEnvVar(const ScopedEnvVar&) = delete;
+  ScopedEnvVar& operator=(const ScopedEnvVar&) = delete;
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string old_;
 };
 
 // Test-name suffix for a world-size parameter: "W4".
@@ -307,8 +334,8 @@ inline std::vector<ReduceOp> ops_for(DType dtype) {
 }
 
 inline std::string case_name(DType dtype, ReduceOp op, size_t count, bool in_place) {
-  return std::string(dtype_name(dtype)) + "/" + std::string(reduce_op_name(op.kind)) + "/n=" +
-         std::to_string(count) + (in_place ? "/in-place" : "/out-of-place");
+  return std::string(dtype_name(dtype)) + "/" + std::string(reduce_op_name(op.kind)) +
+         "/n=" + std::to_string(count) + (in_place ? "/in-place" : "/out-of-place");
 }
 
 }  // namespace tdist::pg_test

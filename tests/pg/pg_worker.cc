@@ -37,15 +37,15 @@ using Clock = std::chrono::steady_clock;
 
 int failures = 0;
 
-#define CHECK_EQ(a, b)                                                                      \
-  do {                                                                                      \
-    auto a_ = (a);                                                                          \
-    auto b_ = (b);                                                                          \
-    if (!(a_ == b_)) {                                                                      \
+#define CHECK_EQ(a, b)                                                                     \
+  do {                                                                                     \
+    auto a_ = (a);                                                                         \
+    auto b_ = (b);                                                                         \
+    if (!(a_ == b_)) {                                                                     \
       std::cerr << "rank " << tdist::get_rank() << ": " << __LINE__ << ": " #a " = " << a_ \
-                << ", expected " << b_ << "\n";                                             \
-      ++failures;                                                                           \
-    }                                                                                       \
+                << ", expected " << b_ << "\n";                                            \
+      ++failures;                                                                          \
+    }                                                                                      \
   } while (false)
 
 int64_t now_ns() { return Clock::now().time_since_epoch().count(); }

@@ -21,8 +21,8 @@ void report(int rank, const char* coll, const std::string& name, const std::stri
   ADD_FAILURE() << "rank " << rank << ": " << coll << " " << name << ": " << what;
 }
 
-void all_reduce_case(int rank, ProcessGroup& pg, DType t, ReduceOp op, size_t count,
-                     bool in_place, uint64_t seed) {
+void all_reduce_case(int rank, ProcessGroup& pg, DType t, ReduceOp op, size_t count, bool in_place,
+                     uint64_t seed) {
   const std::string name = case_name(t, op, count, in_place);
   Buffer send(t, count);
   Buffer recv(t, count);
@@ -88,17 +88,30 @@ void reduce_scatter_case(int rank, ProcessGroup& pg, DType t, ReduceOp op, size_
   }
 }
 
-class ReductionTest : public ::testing::TestWithParam<int> {};
+// (world size, TDIST_ALGO): every algorithm runs the whole cross product, not only the
+// one the thresholds pick for small counts.
+struct Setup {
+  int world;
+  const char* algo;  // TDIST_ALGO value; "" = chosen by size
+  const char* label;
+};
+
+class ReductionTest : public ::testing::TestWithParam<Setup> {
+ protected:
+  ReductionTest() : algo_("TDIST_ALGO", GetParam().algo) {}
+  ScopedEnvVar algo_;
+};
 
 TEST_P(ReductionTest, AllReduceEveryDtypeOpAndSmallCount) {
-  ThreadWorld world(GetParam());
+  ThreadWorld world(GetParam().world);
   ASSERT_TRUE(world.ok());
   world.run([](int rank, ProcessGroup& pg) {
     uint64_t seed = 1;
     for (DType t : kAllDTypes) {
       for (ReduceOp op : ops_for(t)) {
         for (size_t count : kSmallCounts) {
-          for (bool in_place : {false, true}) all_reduce_case(rank, pg, t, op, count, in_place, ++seed);
+          for (bool in_place : {false, true})
+            all_reduce_case(rank, pg, t, op, count, in_place, ++seed);
         }
       }
     }
@@ -106,7 +119,7 @@ TEST_P(ReductionTest, AllReduceEveryDtypeOpAndSmallCount) {
 }
 
 TEST_P(ReductionTest, ReduceEveryDtypeOpAndSmallCountWithEveryRoot) {
-  ThreadWorld world(GetParam());
+  ThreadWorld world(GetParam().world);
   ASSERT_TRUE(world.ok());
   world.run([](int rank, ProcessGroup& pg) {
     uint64_t seed = 1000;
@@ -125,7 +138,8 @@ TEST_P(ReductionTest, ReduceEveryDtypeOpAndSmallCountWithEveryRoot) {
 }
 
 TEST_P(ReductionTest, ReduceScatterEveryDtypeOpAndSmallCount) {
-  ThreadWorld world(GetParam());
+  if (std::string(GetParam().label) != "auto") GTEST_SKIP() << "reduce_scatter has one algorithm";
+  ThreadWorld world(GetParam().world);
   ASSERT_TRUE(world.ok());
   world.run([](int rank, ProcessGroup& pg) {
     uint64_t seed = 2000;
@@ -137,7 +151,21 @@ TEST_P(ReductionTest, ReduceScatterEveryDtypeOpAndSmallCount) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(World, ReductionTest, ::testing::Values(1, 2, 3, 5, 8), world_name);
+std::vector<Setup> setups() {
+  std::vector<Setup> out;
+  for (int w : {1, 2, 3, 5, 8}) {
+    out.push_back({w, "", "auto"});
+    out.push_back({w, "all_reduce=ring,reduce=chain", "ring_chain"});
+    out.push_back({w, "all_reduce=halving_doubling", "halving_doubling"});
+  }
+  return out;
+}
+
+std::string setup_name(const ::testing::TestParamInfo<Setup>& param) {
+  return "W" + std::to_string(param.param.world) + "_" + param.param.label;
+}
+
+INSTANTIATE_TEST_SUITE_P(World, ReductionTest, ::testing::ValuesIn(setups()), setup_name);
 
 // The large count (1Mi+1, not a multiple of anything) for a few (dtype, op).
 class LargeReductionTest : public ::testing::TestWithParam<int> {};
@@ -146,6 +174,10 @@ TEST_P(LargeReductionTest, AllReduceReduceAndReduceScatter) {
   ThreadWorld world(GetParam());
   ASSERT_TRUE(world.ok());
   world.run([](int rank, ProcessGroup& pg) {
+    // 65537 f32 and 100003 i32: halving-doubling when chosen by size.
+    all_reduce_case(rank, pg, DType::kF32, ReduceOpKind::kSum, 65537, false, 10);
+    all_reduce_case(rank, pg, DType::kI32, ReduceOpKind::kBand, 100003, true, 11);
+    reduce_case(rank, pg, DType::kF32, ReduceOpKind::kMax, 65537, false, 1, 12);
     all_reduce_case(rank, pg, DType::kF32, ReduceOpKind::kSum, kLargeCount, false, 1);
     all_reduce_case(rank, pg, DType::kBF16, ReduceOpKind::kMax, kLargeCount, true, 2);
     all_reduce_case(rank, pg, DType::kI64, ReduceOpKind::kBxor, kLargeCount, false, 3);
@@ -158,7 +190,7 @@ TEST_P(LargeReductionTest, AllReduceReduceAndReduceScatter) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(World, LargeReductionTest, ::testing::Values(2, 3, 4), world_name);
+INSTANTIATE_TEST_SUITE_P(World, LargeReductionTest, ::testing::Values(2, 3, 4, 5), world_name);
 
 }  // namespace
 }  // namespace tdist::pg_test

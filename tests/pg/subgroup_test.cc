@@ -76,12 +76,17 @@ TEST(SubGroupTest, SplitByParityOrdersByKeyThenRank) {
     std::shared_ptr<ProcessGroup> half = pg.split(rank % 2, -rank);
     ASSERT_NE(half, nullptr) << "rank " << rank;
     // key = -rank: the largest rank comes first.
-    const std::vector<int> want = rank % 2 == 0 ? std::vector<int>{4, 2, 0}
-                                                : std::vector<int>{5, 3, 1};
+    const std::vector<int> want =
+        rank % 2 == 0 ? std::vector<int>{4, 2, 0} : std::vector<int>{5, 3, 1};
     EXPECT_EQ(half->global_ranks(), want) << "rank " << rank;
     EXPECT_EQ(half->rank(), (kWorld - 1 - rank) / 2) << "rank " << rank;
     EXPECT_EQ(half->group_rank(rank), half->rank());
     sum_round(*half, 1, "split");
+    // Blocks of all_gather come in the sub-group's rank order.
+    int32_t me = rank;
+    std::vector<int32_t> all(3, -1);
+    half->all_gather(&me, all.data(), 1, DType::kI32)->wait();
+    EXPECT_EQ(all, want) << "rank " << rank;
 
     // A negative color joins nothing; equal keys fall back to rank order.
     std::shared_ptr<ProcessGroup> some = pg.split(rank < 2 ? -1 : 0, 0);

@@ -49,9 +49,8 @@ TEST(TcpCommFailureTest, SetupTimesOutNamingTheMissingRank) {
   options.timeout = 500ms;
   std::string what0;
   std::string what1;
-  std::thread t0([&] {
-    what0 = error_of<TimeoutError>([&] { connect_tcp_comm(store, 0, 3, options); });
-  });
+  std::thread t0(
+      [&] { what0 = error_of<TimeoutError>([&] { connect_tcp_comm(store, 0, 3, options); }); });
   what1 = error_of<TimeoutError>([&] { connect_tcp_comm(store, 1, 3, options); });
   t0.join();
   EXPECT_NE(what0.find("rank 2: it never connected"), std::string::npos) << what0;
@@ -73,8 +72,8 @@ TEST(TcpCommFailureTest, StrayConnectionsAreRejectedAndSetupStillCompletes) {
   std::string junk(24, 'x');
   net::write_full(garbage.get(), junk.data(), junk.size(), Deadline::after(5s), "rank 0");
   net::Fd stale = net::connect_tcp(hp.host, hp.port, Deadline::after(10s));
-  uint8_t hello[24] = {0x54, 0x43, 0x64, 0x74, 1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0,
-                       1,    2,    3,    4,    5, 6, 7, 8};  // group id 0x0807060504030201
+  uint8_t hello[24] = {0x54, 0x43, 0x64, 0x74, 1, 0, 0, 0, 2, 0, 0, 0, 0,
+                       0,    0,    0,    1,    2, 3, 4, 5, 6, 7, 8};  // group id 0x0807060504030201
   net::write_full(stale.get(), hello, sizeof(hello), Deadline::after(5s), "rank 0");
   threads.emplace_back([&] { comms[2] = connect_tcp_comm(store, 2, 3, test_options()); });
   for (auto& t : threads) t.join();

@@ -111,8 +111,8 @@ TEST(TcpCommProcessTest, ThroughputAndLatencyReport) {
       pingpong(1000);
       auto start = Clock::now();
       pingpong(kRounds);
-      double rtt_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() /
-                      kRounds;
+      double rtt_us =
+          std::chrono::duration<double, std::micro>(Clock::now() - start).count() / kRounds;
       constexpr size_t kBytes = size_t{64} << 20;
       constexpr int kIters = 10;
       std::vector<uint8_t> out(kBytes, static_cast<uint8_t>(rank));

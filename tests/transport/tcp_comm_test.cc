@@ -103,6 +103,47 @@ TEST(TcpCommTest, ManyOutstandingSendsBeforeTheReceivesArePosted) {
   });
 }
 
+// Every rank waits on a large send to its successor before it posts the receive from its
+// predecessor: only background reading (the I/O thread) keeps this from deadlocking.
+TEST(TcpCommTest, LargeSendsWaitedOnBeforeTheirReceivesArePostedDoNotDeadlock) {
+  constexpr size_t kBytes = (size_t{24} << 20) + 11;
+  for (int world : {2, 3}) {
+    run_ranks(world, [&](Comm& comm) {
+      const int me = comm.rank();
+      const int next = (me + 1) % world;
+      const int prev = (me + world - 1) % world;
+      const auto out = pattern(me, kBytes);
+      comm.isend(next, 3, out.data(), kBytes)->wait(Deadline::after(30s));
+      std::vector<uint8_t> in(kBytes);
+      comm.irecv(prev, 3, in.data(), kBytes)->wait(Deadline::after(30s));
+      ASSERT_EQ(in, pattern(prev, kBytes));
+    });
+  }
+}
+
+// Two threads of each rank use one Comm at once, on the same peer and different tags.
+TEST(TcpCommTest, ConcurrentThreadsOnOneComm) {
+  constexpr int kRounds = 300;
+  run_ranks(2, [&](Comm& comm) {
+    const int peer = 1 - comm.rank();
+    auto worker = [&](uint32_t lane) {
+      for (int i = 0; i < kRounds; ++i) {
+        const size_t bytes = static_cast<size_t>(i % 7 == 0 ? 200000 : i * 13);
+        const auto out = pattern(lane * 100000 + i + comm.rank(), bytes);
+        std::vector<uint8_t> in(bytes);
+        auto r = comm.irecv(peer, p2p_tag(lane), in.data(), bytes);
+        auto s = comm.isend(peer, p2p_tag(lane), out.data(), bytes);
+        s->wait(Deadline::after(30s));
+        r->wait(Deadline::after(30s));
+        ASSERT_EQ(in, pattern(lane * 100000 + i + peer, bytes));
+      }
+    };
+    std::thread other([&] { worker(1); });
+    worker(2);
+    other.join();
+  });
+}
+
 TEST(TcpCommTest, LengthMismatchIsDesyncErrorAndTheStreamStaysUsable) {
   run_ranks(2, [&](Comm& comm) {
     const auto big = pattern(5, 100000);
@@ -212,8 +253,8 @@ TEST(TcpCommInterfaceTest, UnknownInterfaceIsAnErrorNamingIt) {
   TcpCommOptions options = test_options();
   ::unsetenv("TDIST_SOCKET_IFNAME");
   EXPECT_EQ(options.ifname, "nonexistent0");
-  std::string what = error_of<Error>(
-      [&] { connect_tcp_comm(std::make_shared<HashStore>(), 0, 2, options); });
+  std::string what =
+      error_of<Error>([&] { connect_tcp_comm(std::make_shared<HashStore>(), 0, 2, options); });
   EXPECT_NE(what.find("TDIST_SOCKET_IFNAME='nonexistent0'"), std::string::npos) << what;
   EXPECT_NE(what.find("lo"), std::string::npos) << what;  // the list of interfaces
 }

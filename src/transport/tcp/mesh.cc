@@ -185,9 +185,9 @@ class Acceptor {
       return true;
     }
     uint8_t reply[kHelloBytes];
-    encode(Hello{.sender = static_cast<uint32_t>(rank_), .receiver = h.sender,
-                 .group_id = group_id_},
-           reply);
+    encode(
+        Hello{.sender = static_cast<uint32_t>(rank_), .receiver = h.sender, .group_id = group_id_},
+        reply);
     try {
       net::write_full(p->fd.get(), reply, kHelloBytes, deadline_, peer);
     } catch (const Error& e) {
@@ -225,7 +225,8 @@ std::string connect_to(Store& store, int rank, int peer, uint64_t group_id, Dead
     try {
       net::Fd fd = net::connect_tcp(hp.host, hp.port, deadline);
       uint8_t hello[kHelloBytes];
-      encode(Hello{.sender = static_cast<uint32_t>(rank), .receiver = static_cast<uint32_t>(peer),
+      encode(Hello{.sender = static_cast<uint32_t>(rank),
+                   .receiver = static_cast<uint32_t>(peer),
                    .group_id = group_id},
              hello);
       net::write_full(fd.get(), hello, kHelloBytes, deadline, address);

@@ -58,7 +58,7 @@ class Peer {
   // Both do nothing while a waiter drives that direction (see wait_for).
   void on_readable();
   void on_writable();
-  // A waiter's spin: makes progress towards `op` when its lock is free.
+  // test(): makes progress towards `op` when its lock is free and nobody drives it.
   void try_progress(const Op& op);
   // Waits for `op` until `deadline` (false then). When nobody else drives the op's
   // direction, the caller drives it: the I/O thread stops watching that direction and
@@ -90,10 +90,10 @@ class Peer {
     uint64_t tag = 0;
     size_t bytes = 0;
     size_t got = 0;
-    uint8_t* dest = nullptr;      // null: the payload is dropped
-    std::shared_ptr<Op> op;       // the matched receive, if any
+    uint8_t* dest = nullptr;  // null: the payload is dropped
+    std::shared_ptr<Op> op;   // the matched receive, if any
     Unexpected* unexpected = nullptr;
-    std::string control;          // payload of an abort notice
+    std::string control;  // payload of an abort notice
   };
 
   // --- receive side (peer_recv.cc); all need recv_mu_ held. Return "" or why lost.
@@ -138,7 +138,7 @@ class Peer {
   std::unique_ptr<uint8_t[]> staging_;      // guarded by recv_mu_
   size_t staged_begin_ = 0;                 // guarded by recv_mu_
   size_t staged_end_ = 0;                   // guarded by recv_mu_
-  bool recv_driver_ = false;                 // guarded by recv_mu_: a waiter reads
+  bool recv_driver_ = false;                // guarded by recv_mu_: a waiter reads
   bool goodbye_ = false;                    // guarded by recv_mu_: peer closed cleanly
   bool eof_ = false;                        // guarded by recv_mu_: socket read side done
   std::exception_ptr recv_error_;           // guarded by recv_mu_

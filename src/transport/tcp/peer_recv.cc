@@ -174,8 +174,8 @@ std::string Peer::start_message_locked(uint64_t tag, uint64_t bytes) {
     return {};
   }
   if (bytes > kMaxMessageBytes || (tag == kAbortTag && bytes > kMaxAbortReasonBytes)) {
-    return lost(detail::str_cat("protocol error: a header announces ", bytes,
-                                " bytes (tag 0x", std::hex, tag, ")"));
+    return lost(detail::str_cat("protocol error: a header announces ", bytes, " bytes (tag 0x",
+                                std::hex, tag, ")"));
   }
   incoming_ = Incoming{};
   incoming_.active = true;

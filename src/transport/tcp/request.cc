@@ -8,32 +8,15 @@
 
 #include <chrono>
 #include <climits>
-#include <thread>
 
 #include "tdist/error.h"
 #include "transport/tcp/peer.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
-
 namespace tdist::transport::tcp {
 namespace {
 
-// How long a waiter checks the flag (and makes progress itself) before it sleeps. Long
-// enough to cover a round trip on one host, short enough not to steal a scarce core.
-constexpr auto kSpin = std::chrono::microseconds(50);
-
 long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
   return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
-}
-
-void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#else
-  std::this_thread::yield();
-#endif
 }
 
 std::string describe(const Op& op) {
@@ -81,19 +64,12 @@ void TcpRequest::wait(Deadline deadline) {
   Completion& c = op_->completion;
   if (!c.done()) {
     const auto start = Clock::now();
-    static const auto spin = getenv("TDIST_SPIN_US") ? std::chrono::microseconds(atoi(getenv("TDIST_SPIN_US"))) : kSpin;
-    const auto spin_end = start + spin;
-    while (!c.done()) {
-      if (op_->peer != nullptr) op_->peer->try_progress(*op_);
-      if (c.done() || Clock::now() >= spin_end) break;
-      for (int i = 0; i < 16; ++i) cpu_relax();
-    }
-    bool done = op_->peer != nullptr ? op_->peer->wait_for(*op_, deadline)
-                                      : c.sleep_until_done(deadline);
+    bool done =
+        op_->peer != nullptr ? op_->peer->wait_for(*op_, deadline) : c.sleep_until_done(deadline);
     if (!done) {
       double secs = std::chrono::duration<double>(Clock::now() - start).count();
-      TDIST_THROW(TimeoutError, "rank ", op_->peer != nullptr ? op_->peer->self_rank() : -1,
-                  ": ", describe(*op_), " did not complete within its deadline (waited ",
+      TDIST_THROW(TimeoutError, "rank ", op_->peer != nullptr ? op_->peer->self_rank() : -1, ": ",
+                  describe(*op_), " did not complete within its deadline (waited ",
                   static_cast<int64_t>(secs * 1000), " ms); the request is still pending");
     }
   }

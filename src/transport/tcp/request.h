@@ -5,8 +5,11 @@
 // by its Peer's queues; the caller's buffer is only borrowed. Completion happens exactly
 // once, under the owning Peer's lock for that direction, and is published with release
 // order, so a waiter that sees it done also sees the bytes and the error.
-// Waiting: spin briefly (checking the flag and letting the Peer make progress on the
-// waiter's own thread), then sleep on a futex until completion or the deadline.
+// Waiting: the waiter drives its own I/O when it can (Peer::wait_for: blocks in poll()
+// on the socket and reads or writes itself), else sleeps on a futex until another thread
+// completes the op or the deadline passes. There is no spinning: measured on 2 cores
+// with 2 ranks, a 10-50 us spin before blocking made the 8-byte round trip slower
+// (56-120 us against 45-57 us without), as the spinner takes the core the peer needs.
 // Thread-safety: complete/done/wait may race freely; one TcpRequest is used by one thread
 // at a time (like any object). Destroying a pending TcpRequest cancels it (a receive is
 // withdrawn, a partly written send keeps its remaining bytes in a private copy).

@@ -110,8 +110,8 @@ class TcpComm final : public Comm {
   void check_args(const char* what, int peer, uint64_t tag, const void* data, size_t bytes) const {
     TDIST_CHECK(peer >= 0 && peer < size_ && peer != rank_, InvalidArgument, "rank ", rank_, ": ",
                 what, " rank ", peer, ": not another rank of this group (size ", size_, ")");
-    TDIST_CHECK(tag != tcp::kGoodbyeTag && tag != tcp::kAbortTag, InvalidArgument, "rank ",
-                rank_, ": tag 0x", std::hex, tag, " is reserved by the TCP transport");
+    TDIST_CHECK(tag != tcp::kGoodbyeTag && tag != tcp::kAbortTag, InvalidArgument, "rank ", rank_,
+                ": tag 0x", std::hex, tag, " is reserved by the TCP transport");
     TDIST_CHECK(data != nullptr || bytes == 0, InvalidArgument, "rank ", rank_, ": ", what,
                 " rank ", peer, ": null buffer for ", bytes, " bytes");
   }
@@ -156,8 +156,8 @@ class TcpComm final : public Comm {
       int n = ::epoll_wait(epoll_.get(), events, kMaxEvents, -1);
       if (n < 0) {
         if (errno == EINTR) continue;
-        connection_lost(detail::str_cat("rank ", rank_, ": TCP transport epoll_wait failed: ",
-                                        net::errno_text(errno)));
+        connection_lost(detail::str_cat(
+            "rank ", rank_, ": TCP transport epoll_wait failed: ", net::errno_text(errno)));
         return;
       }
       for (int i = 0; i < n; ++i) {
@@ -194,8 +194,7 @@ class TcpComm final : public Comm {
 
 std::unique_ptr<Comm> connect_tcp_comm(std::shared_ptr<Store> store, int rank, int size,
                                        const TcpCommOptions& options) {
-  TDIST_CHECK(size >= 1, InvalidArgument, "TCP transport: world size ", size,
-              " is not positive");
+  TDIST_CHECK(size >= 1, InvalidArgument, "TCP transport: world size ", size, " is not positive");
   TDIST_CHECK(rank >= 0 && rank < size, InvalidArgument, "TCP transport: rank ", rank,
               " is not in [0, ", size, ")");
   TDIST_CHECK(store != nullptr, InvalidArgument, "TCP transport: no store given");

@@ -5,7 +5,9 @@
 // peer. One I/O thread per Comm blocks in epoll_wait over all peer sockets: it reads into
 // posted receive buffers and flushes sends the kernel could not take at once. Callers do
 // the rest on their own threads: isend writes immediately when the peer's queue is empty,
-// and wait() spins for ~50 µs making progress itself before it sleeps on a futex.
+// and wait() drives its own request (blocks in poll() on that peer's socket and reads or
+// writes itself, while the I/O thread stays off that socket), so a message arriving wakes
+// the waiting thread directly. Nothing spins.
 //
 // Ownership: the caller owns the Comm (destroying it stops the I/O thread, tells every
 // peer goodbye and closes the sockets; pending requests fail with PeerError). The store
