@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <stdexcept>
 
 #include "tcp_test_util.h"
 #include "tdist/error.h"
@@ -46,6 +47,36 @@ std::vector<int> wait_children(const std::vector<pid_t>& pids) {
   return codes;
 }
 
+// A TCPStore server in its own process (so this process forks its ranks with no threads
+// of its own running, as ThreadSanitizer requires). Killed when the object goes away.
+class StoreProcess {
+ public:
+  StoreProcess() {
+    int fds[2];
+    if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
+    pid_ = fork_child([&] {
+      ::close(fds[0]);
+      auto server = TCPStoreServer::start("127.0.0.1", 0);
+      uint16_t p = server->port();
+      if (::write(fds[1], &p, sizeof(p)) != sizeof(p)) return 5;
+      ::pause();  // until killed
+      return 0;
+    });
+    ::close(fds[1]);
+    if (::read(fds[0], &port_, sizeof(port_)) != sizeof(port_)) port_ = 0;
+    ::close(fds[0]);
+  }
+  ~StoreProcess() {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  uint16_t port() const { return port_; }
+
+ private:
+  pid_t pid_ = -1;
+  uint16_t port_ = 0;
+};
+
 std::unique_ptr<Comm> connect_over_tcp_store(uint16_t port, int rank, int world) {
   TCPStoreOptions o;
   o.port = port;
@@ -57,8 +88,9 @@ std::unique_ptr<Comm> connect_over_tcp_store(uint16_t port, int rank, int world)
 
 TEST(TcpCommProcessTest, SigkilledRankMakesEveryOtherRankFailFast) {
   constexpr int kWorld = 4;
-  auto server = TCPStoreServer::start("127.0.0.1", 0);
-  const uint16_t port = server->port();
+  StoreProcess store;
+  const uint16_t port = store.port();
+  ASSERT_NE(port, 0);
   std::vector<pid_t> pids;
   for (int rank = 0; rank < kWorld; ++rank) {
     pids.push_back(fork_child([=] {
@@ -88,8 +120,9 @@ TEST(TcpCommProcessTest, SigkilledRankMakesEveryOtherRankFailFast) {
 
 // Two processes: 8-byte ping-pong latency and 64 MiB both-direction bandwidth.
 TEST(TcpCommProcessTest, ThroughputAndLatencyReport) {
-  auto server = TCPStoreServer::start("127.0.0.1", 0);
-  const uint16_t port = server->port();
+  StoreProcess store;
+  const uint16_t port = store.port();
+  ASSERT_NE(port, 0);
   std::vector<pid_t> pids;
   for (int rank = 0; rank < 2; ++rank) {
     pids.push_back(fork_child([=] {

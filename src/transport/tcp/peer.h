@@ -3,17 +3,19 @@
 // A Peer owns its socket and both directions of traffic on it:
 //  - sends: a FIFO of Ops. post_send writes at once on the caller's thread when nothing
 //    is queued (header and payload in one sendmsg) and queues only what the kernel did
-//    not take; flush() (on EPOLLOUT, from the I/O thread or a waiter) writes the rest.
+//    not take; flush_locked() writes the rest (on EPOLLOUT in the I/O thread, or in a
+//    waiter that drives the send, see wait_for).
 //    A send completes when its last byte is in the kernel.
 //  - receives: posted receives (FIFO per tag) and unexpected messages (arrived before
-//    their receive; payload copied to the heap). read() reads into a 64 KiB staging
+//    their receive; payload copied to the heap). read_locked() reads into a 64 KiB staging
 //    buffer, or, once a header has been matched to a posted receive, straight into the
 //    user's buffer (readv: user buffer, then staging for what follows).
 // A message whose length differs from its receive's fails only that receive with
 // DesyncError; its payload is read and dropped, so the stream stays in step.
 // Thread-safety: one mutex per direction (send_mu_, recv_mu_), never held together; any
-// thread may call any method. A broken connection is reported through `on_lost` (called
-// with no lock held), whose owner then aborts the Comm and calls fail_all on every Peer.
+// thread may call any method (a leaf mutex guards the epoll registration). A broken connection is
+// reported through `on_lost` (called with no lock held), whose owner then aborts the Comm and calls
+// fail_all on every Peer.
 #pragma once
 
 #include <atomic>
