@@ -59,8 +59,29 @@ std::shared_ptr<ProcessGroup> CommProcessGroup::make_subgroup(std::shared_ptr<St
                                             timeout(), std::move(global_ranks));
 }
 
+// The Work of a queued collective: waiting on it helps run the queue.
+class CommProcessGroup::QueuedWork : public Work {
+ public:
+  QueuedWork(const char* op, std::weak_ptr<ProcessGroup> group)
+      : Work(op), group_(std::move(group)) {}
+
+ protected:
+  void poll(Deadline deadline) override {
+    auto group = group_.lock();
+    if (!group) return;
+    // Running an operation cannot stop at the caller's deadline, only at the group's
+    // timeout: help only when the caller is willing to wait that long.
+    if (deadline.is_never() || deadline.remaining() >= group->timeout()) {
+      static_cast<CommProcessGroup&>(*group).run_queued_until(this);
+    }
+  }
+
+ private:
+  std::weak_ptr<ProcessGroup> group_;
+};
+
 WorkPtr CommProcessGroup::enqueue(const char* op, std::function<void(const coll::Ctx&)> run) {
-  auto work = std::make_shared<Work>(op);
+  auto work = std::make_shared<QueuedWork>(op, weak_from_this());
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(Task{next_seq_++, work, std::move(run)});
@@ -72,14 +93,37 @@ WorkPtr CommProcessGroup::enqueue(const char* op, std::function<void(const coll:
 void CommProcessGroup::run_worker() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    cv_.wait(lock, [this] { return (stopping_ && !running_) || (!queue_.empty() && !running_); });
     if (queue_.empty()) return;  // stopping and drained
     Task task = std::move(queue_.front());
     queue_.pop_front();
+    running_ = true;
     lock.unlock();
     execute(task);
     lock.lock();
+    running_ = false;
   }
+}
+
+void CommProcessGroup::run_queued_until(const Work* work) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto queued = [&] {
+    for (const Task& t : queue_) {
+      if (t.work.get() == work) return true;
+    }
+    return false;
+  };
+  while (!running_ && queued()) {
+    Task task = std::move(queue_.front());
+    queue_.pop_front();
+    running_ = true;
+    lock.unlock();
+    execute(task);
+    lock.lock();
+    running_ = false;
+  }
+  lock.unlock();
+  cv_.notify_all();  // the worker may be waiting for running_ to clear
 }
 
 void CommProcessGroup::execute(Task& task) {

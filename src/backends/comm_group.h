@@ -5,7 +5,9 @@
 // Execution: collectives are validated on the calling thread (InvalidArgument before
 // anything is sent), numbered in call order (the sequence number tags every message),
 // and run one at a time, in that order, by the group's worker thread, which blocks
-// (never spins) while it waits. Point-to-point operations go to the transport directly
+// (never spins) while it waits. A thread that waits on a Work whose operation has not
+// started runs the queued operations up to it itself (in order), so the common
+// `all_reduce(...)->wait()` costs no hand-off between threads. Point-to-point operations go to the transport directly
 // from the calling thread and complete inside it.
 //
 // Failure: an operation that fails aborts the Comm, so every pending and later
@@ -74,6 +76,7 @@ class CommProcessGroup : public ProcessGroup {
                                               std::vector<int> global_ranks) override;
 
  private:
+  class QueuedWork;
   struct Task {
     uint64_t seq;
     WorkPtr work;
@@ -83,6 +86,9 @@ class CommProcessGroup : public ProcessGroup {
   // Numbers the operation and queues it for the worker.
   WorkPtr enqueue(const char* op, std::function<void(const coll::Ctx&)> run);
   void run_worker();
+  // Runs queued operations on the calling thread, in order, until `work`'s has run;
+  // returns at once when another thread is running one (the caller then just waits).
+  void run_queued_until(const Work* work);
   void execute(Task& task);
   void check_root(const char* op, int root) const;
   void check_peer(const char* op, int peer) const;
@@ -96,6 +102,7 @@ class CommProcessGroup : public ProcessGroup {
   std::deque<Task> queue_;  // guarded by mu_
   uint64_t next_seq_ = 0;   // guarded by mu_
   bool stopping_ = false;   // guarded by mu_
+  bool running_ = false;    // an operation is executing; guarded by mu_
   std::thread worker_;
 };
 

@@ -4,6 +4,7 @@
 // large count (1Mi+1) for a few (dtype, op). Every buffer carries guard bytes.
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -95,6 +96,10 @@ struct Setup {
   const char* algo;  // TDIST_ALGO value; "" = chosen by size
   const char* label;
 };
+
+void PrintTo(const Setup& setup, std::ostream* os) {
+  *os << "W" << setup.world << " TDIST_ALGO='" << setup.algo << "'";
+}
 
 class ReductionTest : public ::testing::TestWithParam<Setup> {
  protected:
