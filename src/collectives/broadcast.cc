@@ -34,8 +34,9 @@ void binomial(const Ctx& ctx, void* data, size_t bytes, int root) {
   sends.wait_all();
 }
 
-// Chunk c travels root -> vr 1 -> ... -> vr n-1; each rank posts the receives of the
-// next kPipelineDepth chunks ahead and forwards a chunk as soon as it lands.
+// Chunk c travels root -> vr 1 -> ... -> vr n-1; each rank posts the receives of every
+// chunk up front (they land in place, so nothing is buffered however far ahead the
+// sender runs) and forwards a chunk as soon as it lands.
 void chain(const Ctx& ctx, void* data, size_t bytes, int root) {
   const int n = ctx.comm.size();
   const int vr = mod(ctx.comm.rank() - root, n);
@@ -46,16 +47,15 @@ void chain(const Ctx& ctx, void* data, size_t bytes, int root) {
   const uint64_t t = detail::tag(ctx, 0);
   RequestQueue sends(ctx);
   RequestQueue recvs(ctx);
-  size_t posted = 0;
+  if (prev >= 0) {
+    for (size_t c = 0; c < nch; ++c) {
+      const detail::Span ps = detail::chunk_of(bytes, chunk, c);
+      recvs.push(ctx.comm.irecv(prev, t, detail::at(data, ps.offset), ps.length));
+    }
+  }
   for (size_t c = 0; c < nch; ++c) {
     const detail::Span sp = detail::chunk_of(bytes, chunk, c);
-    if (prev >= 0) {
-      for (; posted < std::min(nch, c + detail::kPipelineDepth); ++posted) {
-        const detail::Span ps = detail::chunk_of(bytes, chunk, posted);
-        recvs.push(ctx.comm.irecv(prev, t, detail::at(data, ps.offset), ps.length));
-      }
-      recvs.wait_front();
-    }
+    if (prev >= 0) recvs.wait_front();
     if (next >= 0) {
       sends.push(ctx.comm.isend(next, t, detail::at(data, sp.offset), sp.length));
       while (sends.size() > 2 * detail::kPipelineDepth) sends.wait_front();
