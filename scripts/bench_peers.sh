@@ -12,11 +12,16 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mpicc -O2 -o "$tmp/mpi_allreduce" "$anchors/mpi_allreduce.c"
+mpicc -O2 -o "$tmp/mpi_allreduce_small" scripts/peers/mpi_allreduce_small.c
 
 echo "## tdist (tcp), world $world"
-build/tools/tdist-bench --nproc "$world" --coll all_reduce -b 8 -e "$max" -f 4 -n 20 -w 5 -c 0 |
+build/tools/tdist-bench --nproc "$world" --coll all_reduce -b 8 -e 1K -f 2 -n 2000 -w 100 -c 0 |
+  grep -v '^# [A-Z]'
+build/tools/tdist-bench --nproc "$world" --coll all_reduce -b 1K -e "$max" -f 4 -n 20 -w 5 -c 0 |
   grep -v '^# [A-Z]'
 echo "## OpenMPI (--mca btl self,tcp), world $world"
+mpirun --allow-run-as-root --oversubscribe -np "$world" --mca btl self,tcp \
+  "$tmp/mpi_allreduce_small"
 mpirun --allow-run-as-root --oversubscribe -np "$world" --mca btl self,tcp \
   "$tmp/mpi_allreduce" "$max"
 echo "## torch.distributed (gloo), world $world"
