@@ -1,6 +1,7 @@
 // all_reduce algorithms (all_reduce.h): pipelined ring, halving-doubling, recursive
-// doubling. All work in place on `recv` after prepare_local() copied and premultiplied
-// the rank's own contribution.
+// doubling, and the two-rank exchange that ring and halving-doubling become for two
+// ranks. All but the zero-copy form of the latter work in place on `recv` after
+// prepare_local() copied and premultiplied the rank's own contribution.
 #include "collectives/all_reduce.h"
 
 #include <algorithm>
@@ -109,6 +110,101 @@ void ring(const Ctx& ctx, const Vec& v) {
   sends.wait_all();
 }
 
+// Two ranks (what ring and halving-doubling both become): rank r reduces block r of the
+// two-block split and sends it back. Phase 1 sends the peer's block of this rank's
+// contribution and folds the peer's contribution to block r into recv, chunk by chunk;
+// phase 2 sends each chunk of block r as soon as it is reduced and receives the peer's
+// block straight into recv. With `send` != recv.data (zero_copy, no premultiply) nothing
+// is copied: phase 1 receives straight into recv and reduces recv = op(send, recv) there,
+// and no scratch is used. In place, phase 1 receives into kPipelineDepth chunks of
+// scratch, and phase 2's receive of a chunk is posted only once phase 1's send of that
+// region is done (the peer's reduced chunk cannot arrive before it anyway).
+constexpr size_t kPairRecvAheadBytes = 32 << 20;
+
+void pair(const Ctx& ctx, const uint8_t* send, const Vec& v) {
+  const int r = ctx.comm.rank();
+  const int peer = 1 - r;
+  const bool zero_copy = send != v.data;
+  const size_t es = v.esize();
+  const Blocks blocks{v.count, 2};
+  const size_t mine = blocks.offset(r);
+  const size_t mine_len = blocks.length(r);
+  const size_t theirs = blocks.offset(peer);
+  const size_t theirs_len = blocks.length(peer);
+  const size_t ce = detail::chunk_elems(es);
+  const size_t mch = detail::ceil_div(mine_len, ce);
+  const size_t tch = detail::ceil_div(theirs_len, ce);
+  const uint64_t t_reduce = detail::tag(ctx, 0);
+  const uint64_t t_gather = detail::tag(ctx, 1);
+  // Requests posted ahead of the chunk being reduced. Without scratch, receives go far
+  // ahead (all that the socket buffers can hold), so that nothing arrives before its
+  // receive is posted (the transport would buffer and copy it).
+  const size_t ahead = zero_copy ? 4 * detail::kPipelineDepth : detail::kPipelineDepth;
+  const size_t recv_ahead =
+      zero_copy ? std::max(ahead, kPairRecvAheadBytes / (ce * es)) : detail::kPipelineDepth;
+  const size_t slot_elems = std::min(ce, mine_len);
+  detail::Scratch scratch(zero_copy ? 0 : std::min(detail::kPipelineDepth, mch) * slot_elems * es);
+
+  RequestQueue sends(ctx);    // phase 1, key = chunk of their block
+  RequestQueue reduced(ctx);  // phase 1 receives, key = chunk of my block
+  RequestQueue gathers(ctx);  // phase 2 receives, key = chunk of their block
+  RequestQueue returns(ctx);  // phase 2 sends
+  size_t sent = 0;
+  size_t posted = 0;
+  size_t gather_posted = 0;
+  auto post_sends = [&](size_t limit) {
+    for (; sent < std::min(limit, tch); ++sent) {
+      const Span sp = chunk_of(theirs_len, ce, sent);
+      sends.push(ctx.comm.isend(peer, t_reduce, send + (theirs + sp.offset) * es, sp.length * es),
+                 sent);
+    }
+  };
+  auto post_gathers = [&](size_t limit) {
+    for (; gather_posted < std::min(limit, tch); ++gather_posted) {
+      const Span sp = chunk_of(theirs_len, ce, gather_posted);
+      if (!zero_copy) sends.wait_through(gather_posted);  // the region is sent from
+      gathers.push(
+          ctx.comm.irecv(peer, t_gather, v.data + (theirs + sp.offset) * es, sp.length * es),
+          gather_posted);
+    }
+  };
+  auto post_reduced = [&](size_t limit) {
+    for (; posted < std::min(limit, mch); ++posted) {
+      const Span sp = chunk_of(mine_len, ce, posted);
+      uint8_t* dst = zero_copy
+                         ? v.data + (mine + sp.offset) * es
+                         : scratch.data() + (posted % detail::kPipelineDepth) * slot_elems * es;
+      reduced.push(ctx.comm.irecv(peer, t_reduce, dst, sp.length * es), posted);
+    }
+  };
+
+  post_reduced(recv_ahead);
+  post_sends(ahead);
+  if (zero_copy) post_gathers(recv_ahead);
+  for (size_t c = 0; c < mch; ++c) {
+    reduced.wait_front();
+    const Span sp = chunk_of(mine_len, ce, c);
+    uint8_t* dst = v.data + (mine + sp.offset) * es;
+    if (zero_copy) {
+      core::reduce(dst, send + (mine + sp.offset) * es, dst, sp.length, v.dtype, v.op);
+    } else {
+      core::reduce_into(dst, scratch.data() + (c % detail::kPipelineDepth) * slot_elems * es,
+                        sp.length, v.dtype, v.op);
+    }
+    core::finish(dst, sp.length, v.dtype, v.op, 2);
+    returns.push(ctx.comm.isend(peer, t_gather, dst, sp.length * es), c);
+    post_reduced(c + 1 + recv_ahead);
+    post_sends(c + 1 + ahead);
+    post_gathers(zero_copy ? c + 1 + recv_ahead : c + 1);
+    while (returns.size() > ahead) returns.wait_front();
+  }
+  post_sends(tch);
+  post_gathers(tch);
+  gathers.wait_all();
+  sends.wait_all();
+  returns.wait_all();
+}
+
 // Non-power-of-two worlds: of the first 2*rem ranks (rem = n - 2^k), each even rank
 // folds its vector into the odd rank above it and sits out; the rest renumber densely.
 struct Folded {
@@ -214,13 +310,24 @@ void all_reduce(const Ctx& ctx, const void* send, void* recv, size_t count, DTyp
   const int n = ctx.comm.size();
   const Algorithm chosen =
       select_algorithm(Collective::kAllReduce, count * dtype_size(dtype), n, algo);
+  const Vec v{static_cast<uint8_t*>(recv), count, dtype, op};
+  if (n == 2 && count > 0 && chosen != Algorithm::kRecursiveDoubling) {
+    // Ring and halving-doubling are the same exchange for two ranks. Without a
+    // premultiply, `send` is read where it is and never copied into `recv`.
+    if (op.kind == ReduceOpKind::kPremulSum || send == recv) {
+      detail::prepare_local(send, recv, count, dtype, op);
+      pair(ctx, v.data, v);
+    } else {
+      pair(ctx, static_cast<const uint8_t*>(send), v);
+    }
+    return;
+  }
   detail::prepare_local(send, recv, count, dtype, op);
   if (n == 1) {
     core::finish(recv, count, dtype, op, 1);
     return;
   }
   if (count == 0) return;
-  const Vec v{static_cast<uint8_t*>(recv), count, dtype, op};
   switch (chosen) {
     case Algorithm::kHalvingDoubling:
       halving_doubling(ctx, v);

@@ -6,7 +6,10 @@
 // recursive halving reduce-scatter, recursive doubling all-gather; a non-power-of-two
 // world first folds its extra ranks in, MPICH style), kRecursiveDoubling (log2(n)
 // exchanges of the whole vector; best for tiny vectors). All three give every rank the
-// same bits. Scratch of every algorithm is bounded by kPipelineDepth chunks.
+// same bits. Scratch of every algorithm is bounded by kPipelineDepth chunks. With two
+// ranks, ring and halving-doubling run the same direct exchange (each rank reduces one
+// half, then sends it back, pipelined in chunks); out of place and without premul_sum it
+// reads `send` where it is and receives straight into `recv` (no copy, no scratch).
 //
 // Buffers: `send` and `recv` hold `count` elements; send == recv is in place; `send` is
 // never written otherwise. premul_sum scales each rank's own contribution; avg divides

@@ -63,9 +63,11 @@ class Peer {
   // test(): makes progress towards `op` when its lock is free and nobody drives it.
   void try_progress(const Op& op);
   // Waits for `op` until `deadline` (false then). When nobody else drives the op's
-  // direction, the caller drives it: the I/O thread stops watching that direction and
-  // the caller blocks in poll() on the socket and reads/writes itself, so a message
-  // wakes the waiting thread directly (no hand-off through the I/O thread).
+  // direction, the caller drives it, and the other direction too when it is free (reads
+  // while waiting for a send, flushes queued sends while waiting for a receive): the I/O
+  // thread stops watching those directions and the caller blocks in poll() on the socket
+  // and reads/writes itself, so a message wakes the waiting thread directly (no hand-off
+  // through the I/O thread).
   bool wait_for(Op& op, Deadline deadline);
 
   // Fails every pending op and every later one with `error`. With `tell_peer`, sends the
@@ -113,8 +115,6 @@ class Peer {
   void set_want_in(bool want);
   void set_want_out(bool want);
   void update_interest_locked();  // needs interest_mu_
-  bool drive_recv(Op& op, Deadline deadline);
-  bool drive_send(Op& op, Deadline deadline);
 
   // "rank R: connection to rank P (address) lost: <reason>".
   std::string lost(const std::string& reason) const;

@@ -18,6 +18,8 @@ namespace {
 
 // Larger than any sane message; a header claiming more means the stream is corrupt.
 constexpr uint64_t kMaxMessageBytes = uint64_t{1} << 44;
+// A direct read at least this long is followed by the next header only (read_locked).
+constexpr size_t kDirectOnlyBytes = 32 * 1024;
 
 }  // namespace
 
@@ -102,8 +104,12 @@ std::string Peer::read_locked() {
       direct = incoming_.bytes - incoming_.got;
       iov[count++] = {incoming_.dest + incoming_.got, direct};
     }
-    iov[count++] = {staging_.get() + staged_end_, kStagingBytes - staged_end_};
-    const size_t wanted = direct + (kStagingBytes - staged_end_);
+    // Behind a large direct read, read only the next header: its payload then goes
+    // straight to its own receive (when posted) instead of through staging and a copy.
+    size_t room = kStagingBytes - staged_end_;
+    if (direct >= kDirectOnlyBytes) room = std::min(room, kHeaderBytes);
+    iov[count++] = {staging_.get() + staged_end_, room};
+    const size_t wanted = direct + room;
     ssize_t n = ::readv(fd_.get(), iov, count);
     if (n < 0) {
       if (errno == EINTR) continue;
