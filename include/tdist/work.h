@@ -36,7 +36,7 @@ class Work {
   void wait(Deadline deadline);
 
   bool is_completed() const;
-  bool is_success() const;             // completed without error
+  bool is_success() const;               // completed without error
   std::exception_ptr exception() const;  // the error, or null
   const std::string& op() const { return op_; }
 
@@ -54,8 +54,8 @@ class Work {
   const std::string op_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  bool done_ = false;              // guarded by mu_
-  std::exception_ptr error_;       // guarded by mu_
+  bool done_ = false;         // guarded by mu_
+  std::exception_ptr error_;  // guarded by mu_
 };
 
 using WorkPtr = std::shared_ptr<Work>;

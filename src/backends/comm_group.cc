@@ -33,8 +33,7 @@ std::vector<size_t> to_bytes(std::span<const size_t> counts, DType dtype) {
 
 CommProcessGroup::CommProcessGroup(std::string backend, CommFactory factory,
                                    std::shared_ptr<Store> store, int rank, int size,
-                                   std::chrono::milliseconds timeout,
-                                   std::vector<int> global_ranks)
+                                   std::chrono::milliseconds timeout, std::vector<int> global_ranks)
     : ProcessGroup(std::move(store), rank, size, timeout, std::move(global_ranks)),
       backend_(std::move(backend)),
       factory_(std::move(factory)) {
@@ -127,8 +126,7 @@ void CommProcessGroup::run_queued_until(const Work* work) {
 }
 
 void CommProcessGroup::execute(Task& task) {
-  const std::string where =
-      describe(rank(), size(), backend_, task.work->op(), task.seq);
+  const std::string where = describe(rank(), size(), backend_, task.work->op(), task.seq);
   if (std::exception_ptr failed = comm_->error()) {
     task.work->finish(add_context(failed, where + ": the group was aborted earlier: "));
     return;
@@ -145,13 +143,13 @@ void CommProcessGroup::execute(Task& task) {
 }
 
 void CommProcessGroup::check_root(const char* op, int root) const {
-  TDIST_CHECK(root >= 0 && root < size(), InvalidArgument, op, ": root ", root,
-              " is outside 0..", size() - 1, " (group of ", size(), ")");
+  TDIST_CHECK(root >= 0 && root < size(), InvalidArgument, op, ": root ", root, " is outside 0..",
+              size() - 1, " (group of ", size(), ")");
 }
 
 void CommProcessGroup::check_peer(const char* op, int peer) const {
-  TDIST_CHECK(peer >= 0 && peer < size(), InvalidArgument, op, ": peer ", peer,
-              " is outside 0..", size() - 1, " (group of ", size(), ")");
+  TDIST_CHECK(peer >= 0 && peer < size(), InvalidArgument, op, ": peer ", peer, " is outside 0..",
+              size() - 1, " (group of ", size(), ")");
   TDIST_CHECK(peer != rank(), InvalidArgument, op, ": rank ", rank(),
               " cannot send to or receive from itself");
 }
@@ -199,8 +197,8 @@ WorkPtr CommProcessGroup::all_gatherv(const void* send, size_t send_count, void*
   TDIST_CHECK(recv_counts.size() == static_cast<size_t>(size()), InvalidArgument,
               "all_gatherv: ", recv_counts.size(), " recv counts given for a group of ", size());
   TDIST_CHECK(recv_counts[static_cast<size_t>(rank())] == send_count, InvalidArgument,
-              "all_gatherv: recv_counts[", rank(), "] is ", recv_counts[static_cast<size_t>(rank())],
-              " but this rank sends ", send_count);
+              "all_gatherv: recv_counts[", rank(), "] is ",
+              recv_counts[static_cast<size_t>(rank())], " but this rank sends ", send_count);
   check_buffer("all_gatherv", "send", send, send_count);
   check_buffer("all_gatherv", "recv", recv, total(recv_counts));
   return enqueue("all_gatherv", [=, bytes = to_bytes(recv_counts, dtype)](const coll::Ctx& ctx) {
@@ -256,10 +254,9 @@ WorkPtr CommProcessGroup::all_to_allv(const void* send, std::span<const size_t> 
               recv_counts.size(), " recv counts given for a group of ", size());
   check_buffer("all_to_allv", "send", send, total(send_counts));
   check_buffer("all_to_allv", "recv", recv, total(recv_counts));
-  return enqueue("all_to_allv", [=, sb = to_bytes(send_counts, dtype),
-                                 rb = to_bytes(recv_counts, dtype)](const coll::Ctx& ctx) {
-    coll::all_to_allv(ctx, send, sb, recv, rb);
-  });
+  return enqueue("all_to_allv",
+                 [=, sb = to_bytes(send_counts, dtype), rb = to_bytes(recv_counts, dtype)](
+                     const coll::Ctx& ctx) { coll::all_to_allv(ctx, send, sb, recv, rb); });
 }
 
 WorkPtr CommProcessGroup::barrier() {
@@ -272,8 +269,8 @@ void CommProcessGroup::abort() {
     std::lock_guard<std::mutex> lock(mu_);
     seq = next_seq_;
   }
-  comm_->abort(std::make_exception_ptr(PeerError(
-      describe(rank(), size(), backend_, "abort", seq) + ": the group was aborted by the user")));
+  comm_->abort(std::make_exception_ptr(PeerError(describe(rank(), size(), backend_, "abort", seq) +
+                                                 ": the group was aborted by the user")));
 }
 
 }  // namespace tdist::backends

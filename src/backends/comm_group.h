@@ -7,8 +7,8 @@
 // and run one at a time, in that order, by the group's worker thread, which blocks
 // (never spins) while it waits. A thread that waits on a Work whose operation has not
 // started runs the queued operations up to it itself (in order), so the common
-// `all_reduce(...)->wait()` costs no hand-off between threads. Point-to-point operations go to the transport directly
-// from the calling thread and complete inside it.
+// `all_reduce(...)->wait()` costs no hand-off between threads. Point-to-point operations go to the
+// transport directly from the calling thread and complete inside it.
 //
 // Failure: an operation that fails aborts the Comm, so every pending and later
 // operation of the group fails with the same error on this rank, and the peers notice
@@ -40,15 +40,13 @@ class CommProcessGroup : public ProcessGroup {
  public:
   // Connects the transport through `store` (blocking until every rank joined or the
   // timeout passed) and starts the worker.
-  CommProcessGroup(std::string backend, CommFactory factory, std::shared_ptr<Store> store,
-                   int rank, int size, std::chrono::milliseconds timeout,
-                   std::vector<int> global_ranks = {});
+  CommProcessGroup(std::string backend, CommFactory factory, std::shared_ptr<Store> store, int rank,
+                   int size, std::chrono::milliseconds timeout, std::vector<int> global_ranks = {});
   ~CommProcessGroup() override;
 
   std::string backend_name() const override { return backend_; }
 
-  WorkPtr all_reduce(const void* send, void* recv, size_t count, DType dtype,
-                     ReduceOp op) override;
+  WorkPtr all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override;
   using ProcessGroup::all_reduce;
   WorkPtr broadcast(void* data, size_t count, DType dtype, int root) override;
   WorkPtr reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,

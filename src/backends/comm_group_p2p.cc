@@ -64,9 +64,8 @@ WorkPtr CommProcessGroup::irecv(void* data, size_t count, DType dtype, int src, 
 }
 
 WorkPtr CommProcessGroup::batch_isend_irecv(std::span<const P2POp> ops) {
-  const char* name = ops.size() == 1
-                         ? (ops[0].kind == P2POp::Kind::kSend ? "isend" : "irecv")
-                         : "batch_isend_irecv";
+  const char* name = ops.size() == 1 ? (ops[0].kind == P2POp::Kind::kSend ? "isend" : "irecv")
+                                     : "batch_isend_irecv";
   for (const P2POp& op : ops) {
     check_peer(name, op.peer);
     TDIST_CHECK(op.data != nullptr || op.count == 0, InvalidArgument, name,
@@ -79,9 +78,8 @@ WorkPtr CommProcessGroup::batch_isend_irecv(std::span<const P2POp> ops) {
   for (const P2POp& op : ops) {
     const size_t bytes = op.count * dtype_size(op.dtype);
     const uint64_t tag = transport::p2p_tag(op.tag);
-    requests.push_back(op.kind == P2POp::Kind::kSend
-                           ? comm_->isend(op.peer, tag, op.data, bytes)
-                           : comm_->irecv(op.peer, tag, op.data, bytes));
+    requests.push_back(op.kind == P2POp::Kind::kSend ? comm_->isend(op.peer, tag, op.data, bytes)
+                                                     : comm_->irecv(op.peer, tag, op.data, bytes));
   }
   return std::make_shared<RequestWork>(name, where, std::move(requests),
                                        Deadline::after(timeout()));

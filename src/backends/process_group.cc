@@ -65,8 +65,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks) {
   std::vector<int> sorted = ranks;
   std::sort(sorted.begin(), sorted.end());
   for (size_t i = 0; i < sorted.size(); ++i) {
-    TDIST_CHECK(sorted[i] >= 0 && sorted[i] < size_, InvalidArgument, "new_group: rank ",
-                sorted[i], " is outside 0..", size_ - 1);
+    TDIST_CHECK(sorted[i] >= 0 && sorted[i] < size_, InvalidArgument, "new_group: rank ", sorted[i],
+                " is outside 0..", size_ - 1);
     TDIST_CHECK(i == 0 || sorted[i] != sorted[i - 1], InvalidArgument, "new_group: rank ",
                 sorted[i], " is listed twice");
   }
