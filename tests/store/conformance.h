@@ -69,6 +69,10 @@ class StoreConformance : public ::testing::TestWithParam<StoreFactory> {
   std::shared_ptr<tdist::Store> store_;
 };
 
+// The cases with clients in forked processes: instantiated only for stores whose
+// factory has connect().
+class StoreCrossProcess : public StoreConformance {};
+
 // --- helpers shared by the store tests ---------------------------------------------------
 
 // Generous bound for a wait that another thread or process releases soon.

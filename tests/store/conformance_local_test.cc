@@ -55,22 +55,28 @@ StoreFactory file_factory(std::string name,
   return {std::move(name), create, open, [file] { file->remove(); }};
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Local, StoreConformance,
-    ::testing::Values(hash_factory(), prefix_over_hash_factory(),
-                      file_factory("File", [](std::shared_ptr<Store> s) { return s; }),
-                      file_factory("PrefixOverFile",
-                                   [](std::shared_ptr<Store> s) {
-                                     return std::make_shared<PrefixStore>("job", std::move(s));
-                                   }),
-                      file_factory("NestedPrefixOverFile",
-                                   [](std::shared_ptr<Store> s) {
-                                     auto inner =
-                                         std::make_shared<PrefixStore>("outer", std::move(s));
-                                     return std::make_shared<PrefixStore>("inner",
-                                                                          std::move(inner));
-                                   })),
-    StoreFactoryName());
+std::vector<StoreFactory> file_factories() {
+  return {file_factory("File", [](std::shared_ptr<Store> s) { return s; }),
+          file_factory("PrefixOverFile",
+                       [](std::shared_ptr<Store> s) {
+                         return std::make_shared<PrefixStore>("job", std::move(s));
+                       }),
+          file_factory("NestedPrefixOverFile", [](std::shared_ptr<Store> s) {
+            auto inner = std::make_shared<PrefixStore>("outer", std::move(s));
+            return std::make_shared<PrefixStore>("inner", std::move(inner));
+          })};
+}
+
+std::vector<StoreFactory> local_factories() {
+  std::vector<StoreFactory> all = {hash_factory(), prefix_over_hash_factory()};
+  for (StoreFactory& f : file_factories()) all.push_back(std::move(f));
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(Local, StoreConformance, ::testing::ValuesIn(local_factories()),
+                         StoreFactoryName());
+INSTANTIATE_TEST_SUITE_P(Local, StoreCrossProcess, ::testing::ValuesIn(file_factories()),
+                         StoreFactoryName());
 
 TEST(PrefixStore, KeysLandUnderThePrefix) {
   auto base = std::make_shared<HashStore>();

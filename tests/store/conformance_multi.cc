@@ -75,8 +75,8 @@ TEST_P(StoreConformance, ConcurrentClientsFromThreads) {
   EXPECT_EQ(store().get("trail", Deadline::after(kReleaseWait)).size(), size_t{kThreads});
 }
 
-TEST_P(StoreConformance, ConcurrentClientsFromProcesses) {
-  if (!can_fork()) GTEST_SKIP() << GetParam().name << " has no connect(): one process only";
+TEST_P(StoreCrossProcess, ConcurrentClientsFromProcesses) {
+  ASSERT_TRUE(can_fork()) << GetParam().name << " has no connect()";
   const auto connect = GetParam().connect;
   std::vector<pid_t> pids;
   for (int c = 0; c < kChildren; ++c) {
@@ -110,8 +110,8 @@ void barrier(Store& s, int round, int participants, Deadline deadline) {
   s.wait({prefix + "/done"}, deadline);
 }
 
-TEST_P(StoreConformance, BarrierAcrossProcesses) {
-  if (!can_fork()) GTEST_SKIP() << GetParam().name << " has no connect(): one process only";
+TEST_P(StoreCrossProcess, BarrierAcrossProcesses) {
+  ASSERT_TRUE(can_fork()) << GetParam().name << " has no connect()";
   constexpr int kParticipants = kChildren + 1;  // the children and this process
   constexpr int kRounds = 3;
   const auto connect = GetParam().connect;

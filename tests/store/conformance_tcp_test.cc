@@ -40,15 +40,17 @@ StoreFactory tcp_factory(std::string name,
   return {std::move(name), create, connect, nullptr};
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    TCP, StoreConformance,
-    ::testing::Values(tcp_factory("TCP", [](std::shared_ptr<Store> s) { return s; }),
-                      tcp_factory("PrefixOverTCP",
-                                  [](std::shared_ptr<Store> s) {
-                                    return std::make_shared<tdist::PrefixStore>("job",
-                                                                                std::move(s));
-                                  })),
-    StoreFactoryName());
+std::vector<StoreFactory> tcp_factories() {
+  return {tcp_factory("TCP", [](std::shared_ptr<Store> s) { return s; }),
+          tcp_factory("PrefixOverTCP", [](std::shared_ptr<Store> s) {
+            return std::make_shared<tdist::PrefixStore>("job", std::move(s));
+          })};
+}
+
+INSTANTIATE_TEST_SUITE_P(TCP, StoreConformance, ::testing::ValuesIn(tcp_factories()),
+                         StoreFactoryName());
+INSTANTIATE_TEST_SUITE_P(TCP, StoreCrossProcess, ::testing::ValuesIn(tcp_factories()),
+                         StoreFactoryName());
 
 }  // namespace
 }  // namespace tdist_test

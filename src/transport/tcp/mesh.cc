@@ -21,7 +21,7 @@ namespace tdist::transport::tcp {
 namespace {
 
 constexpr uint32_t kHelloMagic = 0x74644354;  // "tdCT"
-constexpr uint16_t kProtocolVersion = 1;
+constexpr uint16_t kProtocolVersion = 2;      // 2: several sockets per peer (lane, nsocks)
 constexpr size_t kHelloBytes = 24;
 constexpr auto kAcceptPollSlice = std::chrono::milliseconds(50);
 constexpr auto kRetryPause = std::chrono::milliseconds(20);
@@ -29,6 +29,8 @@ constexpr auto kRetryPause = std::chrono::milliseconds(20);
 struct Hello {
   uint32_t magic = kHelloMagic;
   uint16_t version = kProtocolVersion;
+  uint8_t lane = 0;
+  uint8_t nsocks = 1;
   uint32_t sender = 0;
   uint32_t receiver = 0;
   uint64_t group_id = 0;
@@ -46,11 +48,13 @@ T take(const uint8_t* in) {
   return value;
 }
 
-// Little-endian: magic(4) version(2) pad(2) sender(4) receiver(4) group_id(8).
+// Little-endian: magic(4) version(2) lane(1) nsocks(1) sender(4) receiver(4) group_id(8).
 void encode(const Hello& h, uint8_t* out) {
   std::memset(out, 0, kHelloBytes);
   put(out, h.magic);
   put(out + 4, h.version);
+  out[6] = h.lane;
+  out[7] = h.nsocks;
   put(out + 8, h.sender);
   put(out + 12, h.receiver);
   put(out + 16, h.group_id);
@@ -60,6 +64,8 @@ Hello decode(const uint8_t* in) {
   Hello h;
   h.magic = take<uint32_t>(in);
   h.version = take<uint16_t>(in + 4);
+  h.lane = in[6];
+  h.nsocks = in[7];
   h.sender = take<uint32_t>(in + 8);
   h.receiver = take<uint32_t>(in + 12);
   h.group_id = take<uint64_t>(in + 16);
@@ -67,8 +73,8 @@ Hello decode(const uint8_t* in) {
 }
 
 // Empty when `h` is a valid hello from `sender_lo..sender_hi` to `receiver`; else why not.
-std::string check_hello(const Hello& h, uint64_t group_id, int receiver, int sender_lo,
-                        int sender_hi) {
+std::string check_hello(const Hello& h, uint64_t group_id, size_t nsocks, int receiver,
+                        int sender_lo, int sender_hi) {
   if (h.magic != kHelloMagic) return "not a tdist TCP transport connection (bad magic)";
   if (h.version != kProtocolVersion) {
     return detail::str_cat("protocol version ", h.version, ", expected ", kProtocolVersion);
@@ -77,6 +83,11 @@ std::string check_hello(const Hello& h, uint64_t group_id, int receiver, int sen
     return detail::str_cat("group id ", h.group_id, " is not this group's ", group_id,
                            " (a stale connection from another group or attempt)");
   }
+  if (h.nsocks != nsocks) {
+    return detail::str_cat("it uses ", int{h.nsocks}, " sockets per peer, this rank ", nsocks,
+                           " (TDIST_SOCKET_NSOCKS_PERPEER must agree on every rank)");
+  }
+  if (h.lane >= nsocks) return detail::str_cat("socket index ", int{h.lane}, " out of range");
   if (h.receiver != static_cast<uint32_t>(receiver)) {
     return detail::str_cat("meant for rank ", h.receiver, ", this is rank ", receiver);
   }
@@ -107,12 +118,13 @@ uint64_t group_id_of(Store& store, int rank, Deadline deadline) {
 // deadline passed or stop() was called.
 class Acceptor {
  public:
-  Acceptor(net::Listener listener, int rank, int size, uint64_t group_id, Deadline deadline,
-           std::vector<PeerSocket>* sockets)
+  Acceptor(net::Listener listener, int rank, int size, uint64_t group_id, size_t nsocks,
+           Deadline deadline, std::vector<PeerSocket>* sockets)
       : listener_(std::move(listener)),
         rank_(rank),
         size_(size),
         group_id_(group_id),
+        nsocks_(nsocks),
         deadline_(deadline),
         sockets_(sockets) {
     thread_ = std::thread([this] { run(); });
@@ -135,7 +147,7 @@ class Acceptor {
   };
 
   void run() {
-    int missing = size_ - rank_ - 1;
+    int missing = (size_ - rank_ - 1) * static_cast<int>(nsocks_);
     std::vector<Pending> pending;
     while (missing > 0 && !stop_ && !deadline_.expired()) {
       std::vector<pollfd> fds;
@@ -177,17 +189,22 @@ class Acceptor {
     p->got += static_cast<size_t>(n);
     if (p->got < kHelloBytes) return false;
     Hello h = decode(p->hello);
-    std::string why = check_hello(h, group_id_, rank_, rank_ + 1, size_ - 1);
-    if (why.empty() && (*sockets_)[h.sender].fd) why = "rank already connected (duplicate)";
+    std::string why = check_hello(h, group_id_, nsocks_, rank_, rank_ + 1, size_ - 1);
+    if (why.empty() && (*sockets_)[h.sender].fds[h.lane]) {
+      why = "rank already connected on this socket index (duplicate)";
+    }
     if (!why.empty()) {
       TDIST_LOG(kWarn) << "TCP transport rank " << rank_ << ": rejected connection from " << peer
                        << ": " << why;
       return true;
     }
     uint8_t reply[kHelloBytes];
-    encode(
-        Hello{.sender = static_cast<uint32_t>(rank_), .receiver = h.sender, .group_id = group_id_},
-        reply);
+    encode(Hello{.lane = h.lane,
+                 .nsocks = static_cast<uint8_t>(nsocks_),
+                 .sender = static_cast<uint32_t>(rank_),
+                 .receiver = h.sender,
+                 .group_id = group_id_},
+           reply);
     try {
       net::write_full(p->fd.get(), reply, kHelloBytes, deadline_, peer);
     } catch (const Error& e) {
@@ -195,7 +212,8 @@ class Acceptor {
                        << " failed: " << e.what();
       return true;
     }
-    (*sockets_)[h.sender] = PeerSocket{std::move(p->fd), peer};
+    (*sockets_)[h.sender].fds[h.lane] = std::move(p->fd);
+    (*sockets_)[h.sender].address = peer;
     --*missing;
     return true;
   }
@@ -204,15 +222,17 @@ class Acceptor {
   int rank_;
   int size_;
   uint64_t group_id_;
+  size_t nsocks_;
   Deadline deadline_;
   std::vector<PeerSocket>* sockets_;  // the acceptor writes only entries > rank_
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
 
-// Connects to lower rank `peer`; empty on success, else why it failed (deadline passed).
-std::string connect_to(Store& store, int rank, int peer, uint64_t group_id, Deadline deadline,
-                       PeerSocket* out) {
+// Connects to lower rank `peer` on every lane; empty on success, else why it failed
+// (deadline passed).
+std::string connect_to(Store& store, int rank, int peer, uint64_t group_id, size_t nsocks,
+                       Deadline deadline, PeerSocket* out) {
   std::string address;
   try {
     address = to_string(store.get("addr/" + std::to_string(peer), deadline));
@@ -220,40 +240,53 @@ std::string connect_to(Store& store, int rank, int peer, uint64_t group_id, Dead
     return "it never published its address in the store";
   }
   net::HostPort hp = net::parse_host_port(address);
-  std::string last_error;
-  while (!deadline.expired()) {
-    try {
-      net::Fd fd = net::connect_tcp(hp.host, hp.port, deadline);
-      uint8_t hello[kHelloBytes];
-      encode(Hello{.sender = static_cast<uint32_t>(rank),
-                   .receiver = static_cast<uint32_t>(peer),
-                   .group_id = group_id},
-             hello);
-      net::write_full(fd.get(), hello, kHelloBytes, deadline, address);
-      net::read_full(fd.get(), hello, kHelloBytes, deadline, address);
-      std::string why = check_hello(decode(hello), group_id, rank, peer, peer);
-      if (why.empty()) {
-        *out = PeerSocket{std::move(fd), address};
-        return {};
+  out->address = address;
+  for (size_t lane = 0; lane < nsocks; ++lane) {
+    std::string last_error;
+    while (!out->fds[lane] && !deadline.expired()) {
+      try {
+        net::Fd fd = net::connect_tcp(hp.host, hp.port, deadline);
+        uint8_t hello[kHelloBytes];
+        encode(Hello{.lane = static_cast<uint8_t>(lane),
+                     .nsocks = static_cast<uint8_t>(nsocks),
+                     .sender = static_cast<uint32_t>(rank),
+                     .receiver = static_cast<uint32_t>(peer),
+                     .group_id = group_id},
+               hello);
+        net::write_full(fd.get(), hello, kHelloBytes, deadline, address);
+        net::read_full(fd.get(), hello, kHelloBytes, deadline, address);
+        Hello reply = decode(hello);
+        std::string why = check_hello(reply, group_id, nsocks, rank, peer, peer);
+        if (why.empty() && reply.lane != lane) {
+          why = detail::str_cat("socket index ", int{reply.lane}, ", expected ", lane);
+        }
+        if (why.empty()) {
+          out->fds[lane] = std::move(fd);
+          break;
+        }
+        last_error = "bad hello reply: " + why;
+        TDIST_LOG(kWarn) << "TCP transport rank " << rank << ": " << address << " (rank " << peer
+                         << "): " << last_error;
+      } catch (const TimeoutError& e) {
+        last_error = e.what();
+      } catch (const PeerError& e) {
+        last_error = e.what();  // e.g. the listener rejected us as a duplicate; retry
       }
-      last_error = "bad hello reply: " + why;
-      TDIST_LOG(kWarn) << "TCP transport rank " << rank << ": " << address << " (rank " << peer
-                       << "): " << last_error;
-    } catch (const TimeoutError& e) {
-      last_error = e.what();
-    } catch (const PeerError& e) {
-      last_error = e.what();  // e.g. the listener rejected us as a duplicate; retry
+      std::this_thread::sleep_for(kRetryPause);
     }
-    std::this_thread::sleep_for(kRetryPause);
+    if (!out->fds[lane]) return "no connection to " + address + ": " + last_error;
   }
-  return "no connection to " + address + ": " + last_error;
+  return {};
 }
 
 }  // namespace
 
 std::vector<PeerSocket> build_mesh(Store& store, int rank, int size, const std::string& local_ip,
-                                   Deadline deadline) {
+                                   size_t nsocks, Deadline deadline) {
+  TDIST_CHECK(nsocks >= 1 && nsocks <= 255, InvalidArgument, "TCP transport: ", nsocks,
+              " sockets per peer is out of range");
   std::vector<PeerSocket> sockets(static_cast<size_t>(size));
+  for (PeerSocket& s : sockets) s.fds.resize(nsocks);
   if (size <= 1) return sockets;
   const auto start = Clock::now();
   uint64_t group_id = group_id_of(store, rank, deadline);
@@ -261,16 +294,18 @@ std::vector<PeerSocket> build_mesh(Store& store, int rank, int size, const std::
   std::string my_address = net::format_host_port(local_ip, listener.port());
   std::map<int, std::string> failures;
   {
-    Acceptor acceptor(std::move(listener), rank, size, group_id, deadline, &sockets);
+    Acceptor acceptor(std::move(listener), rank, size, group_id, nsocks, deadline, &sockets);
     store.set("addr/" + std::to_string(rank), my_address);
     for (int peer = 0; peer < rank; ++peer) {
-      std::string why = connect_to(store, rank, peer, group_id, deadline, &sockets[peer]);
+      std::string why = connect_to(store, rank, peer, group_id, nsocks, deadline, &sockets[peer]);
       if (!why.empty()) failures[peer] = why;
     }
     acceptor.finish();
   }
   for (int peer = rank + 1; peer < size; ++peer) {
-    if (!sockets[peer].fd) failures[peer] = "it never connected to " + my_address;
+    for (const net::Fd& fd : sockets[peer].fds) {
+      if (!fd) failures[peer] = "it never connected to " + my_address;
+    }
   }
   if (failures.empty()) return sockets;
   std::ostringstream list;

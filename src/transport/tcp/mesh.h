@@ -1,17 +1,19 @@
-// Building the TCP transport's full mesh: one connected socket to every other rank.
+// Building the TCP transport's full mesh: `nsocks` connected sockets to every other rank.
 //
 // Each rank listens on an ephemeral port at `local_ip` and publishes "addr/<rank>" =
 // "ip:port" in the store (already namespaced per group by the caller); rank 0 also
-// publishes "group_id", a random 64-bit nonce. Rank i connects to every j < i and accepts
-// from every j > i, concurrently (the accepts run on a helper thread). Both ends of a
-// connection exchange a hello frame {magic u32, version u16, sender u32, receiver u32,
-// group id u64}; a connection whose hello is wrong (another program, another group or
-// attempt, a duplicate rank) is closed with a log line and does not count.
+// publishes "group_id", a random 64-bit nonce. Rank i connects `nsocks` times to every
+// j < i and accepts from every j > i, concurrently (the accepts run on a helper thread).
+// Both ends of a connection exchange a hello frame {magic u32, version u16, lane u8,
+// nsocks u8, sender u32, receiver u32, group id u64}; a connection whose hello is wrong
+// (another program, another group or attempt, a duplicate (rank, lane), another nsocks)
+// is closed with a log line and does not count.
 // Blocking: returns when every peer is connected, or throws TimeoutError at `deadline`
 // naming the ranks that never connected and why. Other failures: Error (cannot listen),
 // PeerError (the store broke). Thread-safe: independent calls may run concurrently.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -25,12 +27,12 @@ class Store;
 namespace tdist::transport::tcp {
 
 struct PeerSocket {
-  net::Fd fd;           // blocking mode unspecified; the caller sets what it needs
-  std::string address;  // "host:port" of the peer, for messages
+  std::vector<net::Fd> fds;  // by lane; blocking mode unspecified; the caller sets it
+  std::string address;       // "host:port" of the peer, for messages
 };
 
 // The sockets by peer rank (the entry at `rank` stays empty).
 std::vector<PeerSocket> build_mesh(Store& store, int rank, int size, const std::string& local_ip,
-                                   Deadline deadline);
+                                   size_t nsocks, Deadline deadline);
 
 }  // namespace tdist::transport::tcp

@@ -34,6 +34,7 @@ std::shared_ptr<Op> Peer::post_recv(uint64_t tag, void* data, size_t bytes) {
     }
     auto it = std::find_if(unexpected_.begin(), unexpected_.end(),
                            [&](const Unexpected& u) { return u.tag == tag; });
+    Incoming* incoming = it == unexpected_.end() ? nullptr : &lanes_[it->lane].incoming;
     if (it == unexpected_.end()) {
       posted_.push_back(op);
       if (goodbye_) {
@@ -42,8 +43,8 @@ std::shared_ptr<Op> Peer::post_recv(uint64_t tag, void* data, size_t bytes) {
     } else if (it->bytes != bytes) {
       op->completion.complete(desync(tag, bytes, it->bytes));
       if (!it->complete) {  // still arriving: drop the rest
-        incoming_.dest = nullptr;
-        incoming_.unexpected = nullptr;
+        incoming->dest = nullptr;
+        incoming->unexpected = nullptr;
       }
       unexpected_.erase(it);
     } else if (it->complete) {
@@ -52,10 +53,10 @@ std::shared_ptr<Op> Peer::post_recv(uint64_t tag, void* data, size_t bytes) {
       op->completion.complete(nullptr);
     } else {
       // It is the message being read: take what arrived, the rest goes straight to `data`.
-      if (incoming_.got > 0) std::memcpy(data, it->data.get(), incoming_.got);
-      incoming_.dest = op->data;
-      incoming_.op = op;
-      incoming_.unexpected = nullptr;
+      if (incoming->got > 0) std::memcpy(data, it->data.get(), incoming->got);
+      incoming->dest = op->data;
+      incoming->op = op;
+      incoming->unexpected = nullptr;
       unexpected_.erase(it);
     }
   }
@@ -63,12 +64,12 @@ std::shared_ptr<Op> Peer::post_recv(uint64_t tag, void* data, size_t bytes) {
   return op;
 }
 
-void Peer::on_readable() {
+void Peer::on_readable(size_t lane) {
   std::string message;
   {
     std::lock_guard<std::mutex> lock(recv_mu_);
     if (recv_driver_) return;  // an event fetched before the waiter took over
-    message = read_locked();
+    message = read_locked(lane);
   }
   report(message);
 }
@@ -80,48 +81,89 @@ std::exception_ptr Peer::desync(uint64_t tag, size_t expected, size_t actual) co
       " bytes (ranks disagree on the operation or its size)")));
 }
 
-void Peer::stop_polling() {
-  eof_ = true;
+void Peer::stop_polling(size_t lane_index) {
+  Lane& lane = lanes_[lane_index];
+  lane.eof = true;
   std::lock_guard<std::mutex> lock(interest_mu_);
-  if (registered_) ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd_.get(), nullptr);
-  registered_ = false;
+  if (lane.registered) ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, lane.fd.get(), nullptr);
+  lane.registered = false;
 }
 
-std::string Peer::read_locked() {
-  size_t total = 0;
-  while (!eof_ && !recv_error_) {
-    std::string message = consume_staged_locked();
+bool Peer::all_eof_locked() const {
+  for (const Lane& lane : lanes_) {
+    if (!lane.eof) return false;
+  }
+  return true;
+}
+
+void Peer::refresh_want_in_locked() {
+  if (recv_driver_) return;
+  for (size_t i = 0; i < nlanes_; ++i) {
+    set_want_in(i, !lanes_[i].eof && !lanes_[i].blocked);
+  }
+}
+
+std::string Peer::read_locked(size_t lane) {
+  std::string message;
+  if (lane != kAllLanes) {
+    message = read_lane_locked(lane);
+  } else {
+    for (size_t i = 0; i < nlanes_ && message.empty(); ++i) message = read_lane_locked(i);
+  }
+  if (message.empty()) message = unblock_locked();
+  refresh_want_in_locked();
+  return message;
+}
+
+std::string Peer::unblock_locked() {
+  while (!recv_error_) {
+    Lane& lane = lanes_[recv_seq_ % nlanes_];
+    if (!lane.blocked) return {};
+    lane.blocked = false;
+    std::string message = consume_staged_locked(recv_seq_ % nlanes_);
     if (!message.empty()) return message;
-    if (staged_begin_ > 0) {  // keep a partial header at the front
-      std::memmove(staging_.get(), staging_.get() + staged_begin_, staged_end_ - staged_begin_);
-      staged_end_ -= staged_begin_;
-      staged_begin_ = 0;
+  }
+  return {};
+}
+
+std::string Peer::read_lane_locked(size_t lane_index) {
+  Lane& lane = lanes_[lane_index];
+  Incoming& incoming = lane.incoming;
+  size_t total = 0;
+  while (!lane.eof && !recv_error_ && !lane.blocked) {
+    std::string message = consume_staged_locked(lane_index);
+    if (!message.empty() || lane.blocked) return message;
+    if (lane.staged_begin > 0) {  // keep a partial header at the front
+      std::memmove(lane.staging.get(), lane.staging.get() + lane.staged_begin,
+                   lane.staged_end - lane.staged_begin);
+      lane.staged_end -= lane.staged_begin;
+      lane.staged_begin = 0;
     }
     iovec iov[2];
     int count = 0;
     size_t direct = 0;
-    if (incoming_.active && incoming_.dest != nullptr) {
-      direct = incoming_.bytes - incoming_.got;
-      iov[count++] = {incoming_.dest + incoming_.got, direct};
+    if (incoming.active && incoming.dest != nullptr) {
+      direct = incoming.bytes - incoming.got;
+      iov[count++] = {incoming.dest + incoming.got, direct};
     }
     // Behind a large direct read, read only the next header: its payload then goes
     // straight to its own receive (when posted) instead of through staging and a copy.
-    size_t room = kStagingBytes - staged_end_;
+    size_t room = kStagingBytes - lane.staged_end;
     if (direct >= kDirectOnlyBytes) room = std::min(room, kHeaderBytes);
-    iov[count++] = {staging_.get() + staged_end_, room};
+    iov[count++] = {lane.staging.get() + lane.staged_end, room};
     const size_t wanted = direct + room;
-    ssize_t n = ::readv(fd_.get(), iov, count);
+    ssize_t n = ::readv(lane.fd.get(), iov, count);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return {};
       int error = errno;
-      stop_polling();
-      if (goodbye_) return {};  // e.g. ECONNRESET after a clean goodbye
+      stop_polling(lane_index);
+      if (lane.goodbye) return {};  // e.g. ECONNRESET after a clean goodbye
       return lost(detail::str_cat("read failed: ", net::errno_text(error)));
     }
     if (n == 0) {
-      stop_polling();
-      if (goodbye_) return {};
+      stop_polling(lane_index);
+      if (lane.goodbye) return {};
       return lost(
           "the peer closed the connection without a goodbye (its process exited or was "
           "killed?)");
@@ -129,50 +171,64 @@ std::string Peer::read_locked() {
     size_t got = static_cast<size_t>(n);
     size_t to_direct = std::min(got, direct);
     if (to_direct > 0) {
-      incoming_.got += to_direct;
-      if (incoming_.got == incoming_.bytes) {
-        message = finish_message_locked();
+      incoming.got += to_direct;
+      if (incoming.got == incoming.bytes) {
+        message = finish_message_locked(lane_index);
         if (!message.empty()) return message;
       }
     }
-    staged_end_ += got - to_direct;
+    lane.staged_end += got - to_direct;
     total += got;
-    if (got < wanted || total >= kReadBudget) return consume_staged_locked();
+    if (got < wanted || total >= kReadBudget) return consume_staged_locked(lane_index);
   }
   return {};
 }
 
-std::string Peer::consume_staged_locked() {
+std::string Peer::consume_staged_locked(size_t lane_index) {
+  Lane& lane = lanes_[lane_index];
+  Incoming& incoming = lane.incoming;
   while (true) {
-    size_t avail = staged_end_ - staged_begin_;
-    if (incoming_.active) {
-      size_t take = std::min(avail, incoming_.bytes - incoming_.got);
-      if (incoming_.dest != nullptr && take > 0) {
-        std::memcpy(incoming_.dest + incoming_.got, staging_.get() + staged_begin_, take);
+    size_t avail = lane.staged_end - lane.staged_begin;
+    if (incoming.active) {
+      size_t take = std::min(avail, incoming.bytes - incoming.got);
+      if (incoming.dest != nullptr && take > 0) {
+        std::memcpy(incoming.dest + incoming.got, lane.staging.get() + lane.staged_begin, take);
       }
-      incoming_.got += take;
-      staged_begin_ += take;
-      if (incoming_.got < incoming_.bytes) return {};
-      std::string message = finish_message_locked();
+      incoming.got += take;
+      lane.staged_begin += take;
+      if (incoming.got < incoming.bytes) return {};
+      std::string message = finish_message_locked(lane_index);
       if (!message.empty()) return message;
       continue;
     }
     if (avail < kHeaderBytes) {
-      if (avail == 0) staged_begin_ = staged_end_ = 0;
+      if (avail == 0) lane.staged_begin = lane.staged_end = 0;
       return {};
     }
     WireHeader header;
-    std::memcpy(&header, staging_.get() + staged_begin_, kHeaderBytes);
-    staged_begin_ += kHeaderBytes;
-    std::string message = start_message_locked(header.tag, header.bytes);
+    std::memcpy(&header, lane.staging.get() + lane.staged_begin, kHeaderBytes);
+    const bool control = header.tag == kGoodbyeTag || header.tag == kAbortTag;
+    if (!control && lane.next_seq != recv_seq_) {
+      lane.blocked = true;  // an earlier message is on another lane: wait for its header
+      return {};
+    }
+    lane.staged_begin += kHeaderBytes;
+    std::string message = start_message_locked(lane_index, header.tag, header.bytes);
     if (!message.empty()) return message;
   }
 }
 
-std::string Peer::start_message_locked(uint64_t tag, uint64_t bytes) {
+std::string Peer::start_message_locked(size_t lane_index, uint64_t tag, uint64_t bytes) {
+  Lane& lane = lanes_[lane_index];
+  Incoming& incoming = lane.incoming;
   if (tag == kGoodbyeTag) {
-    goodbye_ = true;
+    if (!lane.goodbye) {
+      lane.goodbye = true;
+      ++goodbyes_;
+    }
     peer_gone_.store(true, std::memory_order_release);
+    if (goodbyes_ < nlanes_) return {};
+    goodbye_ = true;
     if (!posted_.empty()) {
       return lost(detail::str_cat("it destroyed its Comm while ", posted_.size(),
                                   " receive(s) from it were pending"));
@@ -183,14 +239,16 @@ std::string Peer::start_message_locked(uint64_t tag, uint64_t bytes) {
     return lost(detail::str_cat("protocol error: a header announces ", bytes, " bytes (tag 0x",
                                 std::hex, tag, ")"));
   }
-  incoming_ = Incoming{};
-  incoming_.active = true;
-  incoming_.tag = tag;
-  incoming_.bytes = bytes;
+  incoming = Incoming{};
+  incoming.active = true;
+  incoming.tag = tag;
+  incoming.bytes = bytes;
   if (tag == kAbortTag) {
-    incoming_.control.resize(bytes);
-    incoming_.dest = reinterpret_cast<uint8_t*>(incoming_.control.data());
+    incoming.control.resize(bytes);
+    incoming.dest = reinterpret_cast<uint8_t*>(incoming.control.data());
   } else {
+    ++recv_seq_;  // matched in send order (see peer.h)
+    lane.next_seq += nlanes_;
     auto it = std::find_if(posted_.begin(), posted_.end(),
                            [&](const std::shared_ptr<Op>& op) { return op->tag == tag; });
     if (it != posted_.end()) {
@@ -199,30 +257,31 @@ std::string Peer::start_message_locked(uint64_t tag, uint64_t bytes) {
       if (op->bytes != bytes) {
         op->completion.complete(desync(tag, op->bytes, bytes));  // payload is dropped
       } else {
-        incoming_.dest = op->data;
-        incoming_.op = std::move(op);
+        incoming.dest = op->data;
+        incoming.op = std::move(op);
       }
     } else {
       try {
-        unexpected_.push_back(
-            Unexpected{tag, bytes, std::make_unique_for_overwrite<uint8_t[]>(bytes), false});
+        unexpected_.push_back(Unexpected{
+            tag, bytes, std::make_unique_for_overwrite<uint8_t[]>(bytes), false, lane_index});
       } catch (const std::bad_alloc&) {
         return lost(detail::str_cat("out of memory buffering a ", bytes,
                                     "-byte message that arrived before its receive"));
       }
-      incoming_.unexpected = &unexpected_.back();
-      incoming_.dest = incoming_.unexpected->data.get();
+      incoming.unexpected = &unexpected_.back();
+      incoming.dest = incoming.unexpected->data.get();
     }
   }
-  if (bytes == 0) return finish_message_locked();
+  if (bytes == 0) return finish_message_locked(lane_index);
   return {};
 }
 
-std::string Peer::finish_message_locked() {
-  Incoming done = std::move(incoming_);
-  incoming_ = Incoming{};
+std::string Peer::finish_message_locked(size_t lane_index) {
+  Lane& lane = lanes_[lane_index];
+  Incoming done = std::move(lane.incoming);
+  lane.incoming = Incoming{};
   if (done.tag == kAbortTag) {
-    stop_polling();
+    stop_polling(lane_index);
     return detail::str_cat("rank ", self_rank_, ": rank ", rank_, " (", address_,
                            ") aborted its Comm: ", done.control);
   }

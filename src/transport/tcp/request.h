@@ -59,6 +59,7 @@ struct Op {
   // `owned` holds the unsent remainder when the request was cancelled mid-message.
   uint64_t header[2] = {0, 0};
   size_t sent = 0;
+  size_t lane = 0;  // send only: the socket of the peer it goes on
   std::unique_ptr<uint8_t[]> owned;
 };
 

@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <mutex>
@@ -58,7 +59,7 @@ class TcpComm final : public Comm {
       if (peer == rank) continue;
       tcp::PeerSocket& s = sockets[peer];
       peers_[peer] = std::make_unique<Peer>(
-          rank, peer, std::move(s.fd), std::move(s.address), epoll_.get(), buffer_bytes,
+          rank, peer, std::move(s.fds), std::move(s.address), epoll_.get(), buffer_bytes,
           [this](const std::string& message) { connection_lost(message); });
     }
     if (size > 1) thread_ = std::thread([this] { run(); });
@@ -169,10 +170,11 @@ class TcpComm final : public Comm {
           continue;
         }
         if (aborted_.load(std::memory_order_acquire)) return;  // sockets are shut down
-        Peer& peer = *peers_[token];
+        Peer& peer = *peers_[token & ((1u << Peer::kLaneShift) - 1)];
+        const size_t lane = token >> Peer::kLaneShift;
         uint32_t ev = events[i].events;
-        if ((ev & EPOLLOUT) != 0) peer.on_writable();
-        if ((ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) peer.on_readable();
+        if ((ev & EPOLLOUT) != 0) peer.on_writable(lane);
+        if ((ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) peer.on_readable(lane);
       }
     }
   }
@@ -199,7 +201,9 @@ std::unique_ptr<Comm> connect_tcp_comm(std::shared_ptr<Store> store, int rank, i
               " is not in [0, ", size, ")");
   TDIST_CHECK(store != nullptr, InvalidArgument, "TCP transport: no store given");
   std::string ip = tcp::choose_local_ip(store.get(), options.ifname);
-  auto sockets = tcp::build_mesh(*store, rank, size, ip, Deadline::after(options.timeout));
+  const size_t nsocks = static_cast<size_t>(
+      std::clamp<int>(options.nsocks_per_peer, 1, static_cast<int>(Peer::kMaxLanes)));
+  auto sockets = tcp::build_mesh(*store, rank, size, ip, nsocks, Deadline::after(options.timeout));
   return std::make_unique<TcpComm>(rank, size, std::move(sockets), options.socket_buffer_bytes);
 }
 
