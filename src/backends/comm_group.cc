@@ -121,14 +121,15 @@ void CommProcessGroup::run_queued_until(const Work* work) {
     lock.lock();
     running_ = false;
   }
+  const bool more = !queue_.empty();
   lock.unlock();
-  cv_.notify_all();  // the worker may be waiting for running_ to clear
+  if (more) cv_.notify_all();  // the worker may be waiting for running_ to clear
 }
 
 void CommProcessGroup::execute(Task& task) {
-  const std::string where = describe(rank(), size(), backend_, task.work->op(), task.seq);
+  auto where = [&] { return describe(rank(), size(), backend_, task.work->op(), task.seq); };
   if (std::exception_ptr failed = comm_->error()) {
-    task.work->finish(add_context(failed, where + ": the group was aborted earlier: "));
+    task.work->finish(add_context(failed, where() + ": the group was aborted earlier: "));
     return;
   }
   try {
@@ -136,7 +137,7 @@ void CommProcessGroup::execute(Task& task) {
     task.run(ctx);
     task.work->finish();
   } catch (...) {
-    std::exception_ptr error = add_context(std::current_exception(), where + ": ");
+    std::exception_ptr error = add_context(std::current_exception(), where() + ": ");
     comm_->abort(error);
     task.work->finish(error);
   }
