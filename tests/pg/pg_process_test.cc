@@ -20,9 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include "support/spawn.h"
 #include "tdist/tcp_store.h"
-
-extern char** environ;
 
 namespace tdist {
 namespace {
@@ -57,27 +56,13 @@ class TempDir {
 // Starts one worker; argv and envp are built before fork (the child only execs).
 pid_t spawn(const std::string& mode, const std::string& dir, int rank, uint16_t port) {
   std::vector<std::string> args = {TDIST_PG_WORKER, mode, dir};
-  std::vector<std::string> envs;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string entry = *e;
-    if (!is_managed(entry.substr(0, entry.find('=')))) envs.push_back(entry);
-  }
+  std::vector<std::string> envs = test_support::environment_without(is_managed);
   envs.push_back("MASTER_ADDR=127.0.0.1");
   envs.push_back("MASTER_PORT=" + std::to_string(port));
   envs.push_back("RANK=" + std::to_string(rank));
   envs.push_back("WORLD_SIZE=" + std::to_string(kWorld));
   envs.push_back("TDIST_USE_AGENT_STORE=1");
-  std::vector<char*> argv, envp;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : envs) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::execve(argv[0], argv.data(), envp.data());
-    ::_exit(127);
-  }
-  return pid;
+  return test_support::spawn_exec(std::move(args), std::move(envs));
 }
 
 struct Outcome {

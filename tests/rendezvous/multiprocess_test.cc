@@ -18,10 +18,9 @@
 #include <vector>
 
 #include "rendezvous/test_util.h"
+#include "support/spawn.h"
 #include "tdist/prefix_store.h"
 #include "tdist/tcp_store.h"
-
-extern char** environ;
 
 namespace tdist {
 namespace {
@@ -52,28 +51,16 @@ pid_t spawn(const WorkerSpec& w) {
                                    std::to_string(w.expected_rank),
                                    std::to_string(kWorld),
                                    std::to_string(w.rounds)};
-  std::vector<std::string> envs;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string entry = *e;
-    std::string name = entry.substr(0, entry.find('='));
-    bool managed = false;
-    for (const std::string& v : rdzv_test::rendezvous_env_vars()) managed |= v == name;
-    if (!managed) envs.push_back(entry);
-  }
+  std::vector<std::string> envs = test_support::environment_without([](const std::string& name) {
+    for (const std::string& v : rdzv_test::rendezvous_env_vars()) {
+      if (v == name) return true;
+    }
+    return false;
+  });
   Env env = w.env;
   env.emplace("TDIST_TIMEOUT", "20");
   for (const auto& [name, value] : env) envs.push_back(name + "=" + value);
-  std::vector<char*> argv, envp;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : envs) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::execve(argv[0], argv.data(), envp.data());
-    ::_exit(127);
-  }
-  return pid;
+  return test_support::spawn_exec(std::move(args), std::move(envs));
 }
 
 // Runs the workers until all exit or `limit` passes; leftovers are killed (SIGKILL) and
