@@ -21,6 +21,15 @@
 // client; keys then live under "/worker/attempt_<TORCHELASTIC_RESTART_COUNT>/", as in
 // torch, so a restarted job never sees its previous attempt's keys.
 //
+// Under tdistrun (env:// only): tdistrun hosts one TCPStore for the whole job and sets
+// TDIST_AGENT_STORE=host:port ([v6]:port) and TDIST_AGENT_STORE_PREFIX=<this round's key
+// prefix>. When TDIST_AGENT_STORE is set, env:// connects there instead of
+// MASTER_ADDR:MASTER_PORT (which tdistrun points at a store on rank 0, for Python torch
+// workers, with TORCHELASTIC_USE_AGENT_STORE=False), rank 0 hosts nothing, and keys live
+// under TDIST_AGENT_STORE_PREFIX (else "/worker/attempt_<TORCHELASTIC_RESTART_COUNT>").
+// A malformed TDIST_AGENT_STORE is an InvalidArgument naming it. tcp:// and file://
+// ignore both variables.
+//
 // Key layout in the base store (after the agent prefix, if any):
 //   tdist/rdzv/joining                 arrivals over all rounds; round = (n-1)/world_size
 //   tdist/rdzv/<round>/rank/<r>        claims of rank r (a second claim is an error)

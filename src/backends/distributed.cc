@@ -7,6 +7,7 @@
 
 #include "tdist/backend.h"
 #include "tdist/error.h"
+#include "tdist/error_file.h"
 #include "tdist/logging.h"
 
 namespace tdist {
@@ -64,6 +65,8 @@ class InitGuard {
 
 void init_process_group(const std::string& backend, const std::string& init_method, int world_size,
                         int rank, std::chrono::milliseconds timeout, std::shared_ptr<Store> store) {
+  // A worker's uncaught exception then reaches the launcher's failure summary.
+  record_errors();
   InitGuard guard;
   // The backend is checked before anything is contacted.
   BackendFactory factory = backend_factory(backend);

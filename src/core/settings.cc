@@ -14,6 +14,13 @@ namespace tdist {
 namespace {
 
 constexpr auto kSettings = std::to_array<Setting>({
+    {"TDIST_AGENT_HEARTBEAT_TIMEOUT", "10",
+     "seconds without a heartbeat after which tdistrun agents declare another node dead"},
+    {"TDIST_AGENT_STORE", "",
+     "host:port ([v6]:port) of the launcher's TCPStore; set by tdistrun, env:// then uses it "
+     "instead of MASTER_ADDR/MASTER_PORT"},
+    {"TDIST_AGENT_STORE_PREFIX", "",
+     "key prefix of this round in TDIST_AGENT_STORE; empty = /worker/attempt_<restart count>"},
     {"TDIST_ALGO", "",
      "force collective algorithms: 'all_reduce=ring,broadcast=chain' or a bare all_reduce "
      "algorithm ('ring', 'halving_doubling', 'recursive_doubling'); empty = by size"},
@@ -36,6 +43,9 @@ constexpr auto kSettings = std::to_array<Setting>({
     {"TDIST_STORE_MAX_VALUE_BYTES", "268435456",
      "largest value a TCPStore server accepts, in bytes (256 MiB)"},
     {"TDIST_STORE_TIMEOUT", "300", "default seconds a store get/wait blocks before TimeoutError"},
+    {"TDIST_TERM_TIMEOUT", "30",
+     "seconds tdistrun gives workers to exit after forwarding a terminating signal, before "
+     "SIGKILL"},
     {"TDIST_TIMEOUT", "1800",
      "default seconds a process group's blocking operations wait (init_process_group's timeout)"},
     {"TDIST_USE_AGENT_STORE", "0",

@@ -158,34 +158,37 @@ struct HostPort {
   uint16_t port = 0;
 };
 
-// "host:port" or "[v6]:port".
-HostPort parse_authority(const std::string& authority, const std::string& url) {
+// "host:port" or "[v6]:port". `what` names the text in messages ("init_method '...'" or
+// "environment variable ...='...'"); `form` ("tcp://", "TDIST_AGENT_STORE=") prefixes the
+// examples they give.
+HostPort parse_authority(const std::string& authority, const std::string& what,
+                         const std::string& form) {
   HostPort out;
   std::string port_text;
   if (!authority.empty() && authority[0] == '[') {
     size_t close = authority.find(']');
     if (close == std::string::npos || close + 1 >= authority.size() ||
         authority[close + 1] != ':') {
-      TDIST_THROW(InvalidArgument, "init_method '", url, "': expected tcp://[ipv6-address]:port");
+      TDIST_THROW(InvalidArgument, what, ": expected ", form, "[ipv6-address]:port");
     }
     out.host = authority.substr(1, close - 1);
     port_text = authority.substr(close + 2);
   } else {
     size_t colon = authority.find(':');
     if (colon == std::string::npos) {
-      TDIST_THROW(InvalidArgument, "init_method '", url, "' has no port: expected tcp://host:port");
+      TDIST_THROW(InvalidArgument, what, " has no port: expected ", form, "host:port");
     }
     if (authority.find(':', colon + 1) != std::string::npos) {
-      TDIST_THROW(InvalidArgument, "init_method '", url,
-                  "': an IPv6 address needs brackets, as in tcp://[::1]:29500");
+      TDIST_THROW(InvalidArgument, what, ": an IPv6 address needs brackets, as in ", form,
+                  "[::1]:29500");
     }
     out.host = authority.substr(0, colon);
     port_text = authority.substr(colon + 1);
   }
   if (out.host.empty()) {
-    TDIST_THROW(InvalidArgument, "init_method '", url, "' has no host: expected tcp://host:port");
+    TDIST_THROW(InvalidArgument, what, " has no host: expected ", form, "host:port");
   }
-  out.port = parse_port(port_text, detail::str_cat("init_method '", url, "': port"));
+  out.port = parse_port(port_text, what + ": port");
   return out;
 }
 
@@ -209,13 +212,27 @@ void parse_env_master(InitSpec& spec) {
   spec.port = parse_port(port, "environment variable MASTER_PORT");
 }
 
-void set_agent_prefix(InitSpec& spec) {
-  spec.agent_store = use_agent_store();
-  if (!spec.agent_store) return;
+// Torch's namespace of a launcher-hosted store: "/worker/attempt_<restart count>".
+std::string attempt_prefix() {
   std::string count = env_string("TORCHELASTIC_RESTART_COUNT");
   int attempt =
       count.empty() ? 0 : parse_count(count, "environment variable TORCHELASTIC_RESTART_COUNT");
-  spec.key_prefix = detail::str_cat("/worker/attempt_", attempt);
+  return detail::str_cat("/worker/attempt_", attempt);
+}
+
+// env:// under tdistrun: the launcher's store from TDIST_AGENT_STORE. False when unset.
+bool parse_env_agent_store(InitSpec& spec) {
+  std::string text = setting_string("TDIST_AGENT_STORE");
+  if (text.empty()) return false;
+  HostPort hp =
+      parse_authority(text, detail::str_cat("environment variable TDIST_AGENT_STORE='", text, "'"),
+                      "TDIST_AGENT_STORE=");
+  spec.host = hp.host;
+  spec.port = hp.port;
+  spec.agent_store = true;
+  spec.key_prefix = setting_string("TDIST_AGENT_STORE_PREFIX");
+  if (spec.key_prefix.empty()) spec.key_prefix = attempt_prefix();
+  return true;
 }
 
 }  // namespace
@@ -277,13 +294,19 @@ InitSpec parse_init_method(const std::string& init_method, int rank, int world_s
 
   // Everything is validated before anything is contacted; the order follows the URL.
   if (spec.scheme == InitScheme::kTcp) {
-    HostPort hp = parse_authority(location, url);
+    HostPort hp = parse_authority(location, detail::str_cat("init_method '", url, "'"), "tcp://");
     spec.host = hp.host;
     spec.port = hp.port;
   }
   resolve_rank_and_world(spec, scheme, rank, world_size, query, url);
+  // tdistrun sets both TDIST_AGENT_STORE (its own store, for tdist workers) and
+  // MASTER_ADDR/MASTER_PORT (a store on rank 0, for Python torch workers); ours wins.
+  if (spec.scheme == InitScheme::kEnv && parse_env_agent_store(spec)) return spec;
   if (spec.scheme == InitScheme::kEnv) parse_env_master(spec);
-  if (spec.scheme != InitScheme::kFile) set_agent_prefix(spec);
+  if (spec.scheme != InitScheme::kFile && use_agent_store()) {
+    spec.agent_store = true;
+    spec.key_prefix = attempt_prefix();
+  }
   return spec;
 }
 

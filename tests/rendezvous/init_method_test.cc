@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "rendezvous/test_util.h"
 #include "tdist/error.h"
@@ -323,6 +326,114 @@ TEST(RendezvousInitMethod, Ipv6MasterAddr) {
   EXPECT_EQ(parse_init_method("env://", 0, 1).host, "::1");
   env.set("MASTER_ADDR", "::1");
   EXPECT_EQ(parse_init_method("env://", 0, 1).host, "::1");
+}
+
+// Clears tdistrun's store variables for a test's lifetime (ScopedEnv restores the rest).
+class LauncherStoreEnv {
+ public:
+  LauncherStoreEnv() {
+    for (auto& [name, saved] : saved_) {
+      if (const char* v = std::getenv(name)) saved = v;
+      ::unsetenv(name);
+    }
+  }
+  ~LauncherStoreEnv() {
+    for (const auto& [name, saved] : saved_) {
+      if (saved) {
+        ::setenv(name, saved->c_str(), 1);
+      } else {
+        ::unsetenv(name);
+      }
+    }
+  }
+  LauncherStoreEnv(const LauncherStoreEnv&) = delete;
+  LauncherStoreEnv& operator=(const LauncherStoreEnv&) = delete;
+
+ private:
+  std::pair<const char*, std::optional<std::string>> saved_[2] = {
+      {"TDIST_AGENT_STORE", std::nullopt}, {"TDIST_AGENT_STORE_PREFIX", std::nullopt}};
+};
+
+TEST(RendezvousInitMethod, LauncherStoreReplacesMasterAddr) {
+  ScopedEnv env;
+  LauncherStoreEnv launcher;
+  env.set("RANK", "1");
+  env.set("WORLD_SIZE", "2");
+  env.set("TDIST_AGENT_STORE", "10.0.0.5:4000");  // no MASTER_ADDR/MASTER_PORT needed
+  InitSpec spec = parse_init_method("env://", -1, -1);
+  EXPECT_EQ(spec.host, "10.0.0.5");
+  EXPECT_EQ(spec.port, 4000);
+  EXPECT_TRUE(spec.agent_store);
+  EXPECT_EQ(spec.key_prefix, "/worker/attempt_0");
+  env.set("TORCHELASTIC_RESTART_COUNT", "2");
+  EXPECT_EQ(parse_init_method("env://", -1, -1).key_prefix, "/worker/attempt_2");
+  env.set("TDIST_AGENT_STORE_PREFIX", "/tdistrun/job7/round_3/");
+  EXPECT_EQ(parse_init_method("env://", -1, -1).key_prefix, "/tdistrun/job7/round_3/");
+
+  // tdistrun also points MASTER_* at rank 0's store for Python workers and turns torch's
+  // agent store off; tdist workers still use the launcher's store.
+  set_master(env);
+  env.set("TORCHELASTIC_USE_AGENT_STORE", "False");
+  spec = parse_init_method("env://", -1, -1);
+  EXPECT_EQ(spec.host, "10.0.0.5");
+  EXPECT_EQ(spec.port, 4000);
+  EXPECT_TRUE(spec.agent_store);
+  EXPECT_EQ(spec.rank, 1);
+  EXPECT_EQ(spec.world_size, 2);
+
+  env.set("TDIST_AGENT_STORE", "[fd00::7]:29400");
+  spec = parse_init_method("env://", -1, -1);
+  EXPECT_EQ(spec.host, "fd00::7");
+  EXPECT_EQ(spec.port, 29400);
+
+  // Empty means unset: back to MASTER_ADDR/MASTER_PORT and no agent store.
+  env.set("TDIST_AGENT_STORE", "");
+  spec = parse_init_method("env://", -1, -1);
+  EXPECT_EQ(spec.host, "10.1.2.3");
+  EXPECT_FALSE(spec.agent_store);
+  EXPECT_EQ(spec.key_prefix, "");
+}
+
+TEST(RendezvousInitMethod, LauncherStoreIsOnlyForEnv) {
+  ScopedEnv env;
+  LauncherStoreEnv launcher;
+  env.set("TDIST_AGENT_STORE", "10.0.0.5:4000");
+  env.set("TDIST_AGENT_STORE_PREFIX", "/p/");
+  InitSpec spec = parse_init_method("tcp://h:1", 0, 1);
+  EXPECT_EQ(spec.host, "h");
+  EXPECT_EQ(spec.port, 1);
+  EXPECT_FALSE(spec.agent_store);
+  EXPECT_EQ(spec.key_prefix, "");
+  spec = parse_init_method("file:///tmp/x", 0, 1);
+  EXPECT_FALSE(spec.agent_store);
+  EXPECT_EQ(spec.key_prefix, "");
+  // Even a malformed value is not read by tcp://.
+  env.set("TDIST_AGENT_STORE", "garbage");
+  EXPECT_EQ(parse_init_method("tcp://h:1", 0, 1).host, "h");
+}
+
+TEST(RendezvousInitMethod, BadLauncherStoreNamesTheVariable) {
+  ScopedEnv env;
+  LauncherStoreEnv launcher;
+  set_master(env);  // a bad TDIST_AGENT_STORE must not fall back to these
+  env.set("TDIST_AGENT_STORE", "localhost");
+  EXPECT_INVALID(parse_init_method("env://", 0, 1), "TDIST_AGENT_STORE='localhost'", "has no port");
+  env.set("TDIST_AGENT_STORE", ":4000");
+  EXPECT_INVALID(parse_init_method("env://", 0, 1), "TDIST_AGENT_STORE=':4000'", "has no host");
+  env.set("TDIST_AGENT_STORE", "::1:4000");
+  EXPECT_INVALID(parse_init_method("env://", 0, 1), "TDIST_AGENT_STORE='::1:4000'",
+                 "needs brackets", "TDIST_AGENT_STORE=[::1]:29500");
+  env.set("TDIST_AGENT_STORE", "[::1]");
+  EXPECT_INVALID(parse_init_method("env://", 0, 1), "TDIST_AGENT_STORE='[::1]'",
+                 "[ipv6-address]:port");
+  env.set("TDIST_AGENT_STORE", "h:0");
+  EXPECT_INVALID(parse_init_method("env://", 0, 1), "TDIST_AGENT_STORE='h:0'", "port='0'",
+                 "1-65535");
+  env.set("TDIST_AGENT_STORE", "h:12ab");
+  EXPECT_INVALID(parse_init_method("env://", 0, 1), "port='12ab'");
+  env.set("TDIST_AGENT_STORE", "h:1");
+  env.set("TORCHELASTIC_RESTART_COUNT", "x");
+  EXPECT_INVALID(parse_init_method("env://", 0, 1), "TORCHELASTIC_RESTART_COUNT='x'");
 }
 
 }  // namespace

@@ -1,0 +1,548 @@
+// The launcher's JSON, failure records, torch's error files (including ones written by
+// torch's own @record and read back by torch) and the failure summary.
+#include "tdistrun/failure.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tdist/error.h"
+#include "tdist/error_file.h"
+#include "tdistrun/json.h"
+
+namespace tdist::launcher {
+namespace {
+
+using std::string_literals::operator""s;
+
+// Runs `fn`, expects InvalidArgument, and returns its message.
+template <typename Fn>
+std::string invalid_argument_message(Fn fn) {
+  try {
+    fn();
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected InvalidArgument, got: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "expected InvalidArgument, nothing was thrown";
+  return "";
+}
+
+#define EXPECT_INVALID(expr, ...)                                                                \
+  do {                                                                                           \
+    std::string msg = invalid_argument_message([&] { (void)(expr); });                           \
+    for (const char* part : {__VA_ARGS__})                                                       \
+      EXPECT_NE(msg.find(part), std::string::npos) << "message lacks '" << part << "': " << msg; \
+  } while (false)
+
+// A fresh directory, removed with its files at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/tdist_failure_XXXXXX";
+    const char* made = ::mkdtemp(tmpl);
+    if (made == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = made;
+  }
+  ~TempDir() {
+    if (DIR* dir = ::opendir(path_.c_str())) {
+      while (dirent* entry = ::readdir(dir)) {
+        std::string name = entry->d_name;
+        if (name != "." && name != "..") {
+          std::string full = path_ + "/" + name;
+          if (::unlink(full.c_str()) != 0) ::rmdir(full.c_str());
+        }
+      }
+      ::closedir(dir);
+    }
+    ::rmdir(path_.c_str());
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  std::string write(const std::string& name, const std::string& content) const {
+    std::ofstream(file(name), std::ios::binary) << content;
+    return file(name);
+  }
+
+ private:
+  std::string path_;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+// Sets an environment variable for a scope and restores it afterwards.
+class ScopedVar {
+ public:
+  ScopedVar(const char* name, const std::string& value) : name_(name) {
+    if (const char* v = std::getenv(name)) saved_ = v;
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedVar() {
+    if (saved_) {
+      ::setenv(name_, saved_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+  ScopedVar(const ScopedVar&) = delete;
+  ScopedVar& operator=(const ScopedVar&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> saved_;
+};
+
+// ---- JSON ----------------------------------------------------------------------------
+
+TEST(LauncherJson, DumpAndParseRoundTrip) {
+  Json value(Json::Object{
+      {"null", nullptr},
+      {"yes", true},
+      {"no", false},
+      {"int", int64_t{1700000000123456}},
+      {"negative", -42},
+      {"real", 0.1},
+      {"tiny", 1.5e-300},
+      {"text", "a \"quoted\" \\ line\nnext\ttab \x01 \xc3\xa9 \xf0\x9f\x98\x80"},
+      {"list", Json::Array{1, "two", Json::Array{}, Json::Object{}}},
+      {"nested", Json::Object{{"k", Json::Array{nullptr, false}}}},
+  });
+  const std::string text = value.dump();
+  EXPECT_EQ(Json::parse(text), value) << text;
+  EXPECT_EQ(Json(Json::Object{{"a", 1}, {"b", Json::Array{true, nullptr, "x"}}}).dump(),
+            R"({"a": 1, "b": [true, null, "x"]})");
+  // Whole numbers stay whole (no exponent), others take the shortest exact text.
+  EXPECT_EQ(Json(int64_t{1700000000123456}).dump(), "1700000000123456");
+  EXPECT_EQ(Json(-3.0).dump(), "-3");
+  EXPECT_EQ(Json(0.1).dump(), "0.1");
+  EXPECT_EQ(Json::parse(Json(1.5e-300).dump()).as_number(), 1.5e-300);
+}
+
+TEST(LauncherJson, ParsesWhatPythonWrites) {
+  // json.dumps escapes non-ASCII and may use \/; whitespace anywhere between tokens.
+  Json j = Json::parse(
+      " \r\n\t{ \"message\" :\t{\"message\": \"ValueError: caf\\u00e9 \\ud83d\\ude00 a\\/b "
+      "\\\"q\\\" \\b\\f\\n\\r\\t\\u0000.\", \"n\": [-0, 1E2, 2.5e-1, 10]} } ");
+  const Json& m = j.at("message");
+  EXPECT_EQ(m.at("message").as_string(),
+            "ValueError: caf\xc3\xa9 \xf0\x9f\x98\x80 a/b \"q\" \b\f\n\r\t\0."s);
+  const Json::Array& n = m.at("n").as_array();
+  ASSERT_EQ(n.size(), 4u);
+  EXPECT_EQ(n[0].as_number(), 0.0);
+  EXPECT_EQ(n[1].as_int(), 100);
+  EXPECT_EQ(n[2].as_number(), 0.25);
+  EXPECT_EQ(n[3].as_int(), 10);
+  EXPECT_EQ(m.find("absent"), nullptr);
+}
+
+TEST(LauncherJson, MalformedInputIsRejectedWithItsOffset) {
+  EXPECT_INVALID(Json::parse(""), "invalid JSON at byte 0", "expected a value",
+                 "found the end of the text");
+  EXPECT_INVALID(Json::parse("nul"), "at byte 0", "expected 'null'");
+  EXPECT_INVALID(Json::parse("[1,]"), "at byte 3", "expected a value", "found ']'");
+  EXPECT_INVALID(Json::parse(R"({"a":1,})"), "at byte 7", "expected a string key");
+  EXPECT_INVALID(Json::parse(R"({"a" 1})"), "at byte 5", "expected ':'");
+  EXPECT_INVALID(Json::parse(R"({"a":1 "b":2})"), "at byte 7", "expected ',' or '}'");
+  EXPECT_INVALID(Json::parse("[1 2]"), "at byte 3", "expected ',' or ']'");
+  EXPECT_INVALID(Json::parse(R"({"a":1,"a":2})"), "at byte 7", "duplicate key \"a\"");
+  EXPECT_INVALID(Json::parse("01"), "leading zero");
+  EXPECT_INVALID(Json::parse("1."), "after the decimal point");
+  EXPECT_INVALID(Json::parse(".5"), "expected a value", "found '.'");
+  EXPECT_INVALID(Json::parse("-"), "expected a digit");
+  EXPECT_INVALID(Json::parse("1e+"), "in the exponent");
+  EXPECT_INVALID(Json::parse("+1"), "expected a value");
+  EXPECT_INVALID(Json::parse("NaN"), "expected a value");
+  EXPECT_INVALID(Json::parse("1e400"), "range of a double");
+  EXPECT_INVALID(Json::parse("[1] 2"), "at byte 4", "expected the end of the text");
+  EXPECT_INVALID(Json::parse("\"abc"), "expected '\"' to end the string");
+  EXPECT_INVALID(Json::parse("\"a\nb\""), "at byte 2", "control character", "byte 0x0a");
+  EXPECT_INVALID(Json::parse(R"("\x")"), "at byte 2", "expected an escape");
+  EXPECT_INVALID(Json::parse(R"("\u12")"), "4 hex digits");
+  EXPECT_INVALID(Json::parse(R"("\ud800")"), "high surrogate");
+  EXPECT_INVALID(Json::parse(R"("\ud800\u0041")"), "high surrogate");
+  EXPECT_INVALID(Json::parse(R"("\udc00")"), "low surrogate");
+  EXPECT_INVALID(Json::parse("\"\xff\""), "at byte 1", "invalid UTF-8", "byte 0xff");
+  EXPECT_INVALID(Json::parse("\"\xc0\xaf\""), "invalid UTF-8");      // overlong '/'
+  EXPECT_INVALID(Json::parse("\"\xed\xa0\x80\""), "invalid UTF-8");  // a surrogate
+  EXPECT_INVALID(Json::parse("\"\xe6\x97\""), "invalid UTF-8");      // truncated
+  EXPECT_INVALID(Json::parse("// comment\n1"), "expected a value");
+  EXPECT_INVALID(Json::parse(std::string(300, '[') + std::string(300, ']')), "nesting deeper");
+  EXPECT_NO_THROW(Json::parse(std::string(200, '[') + std::string(200, ']')));
+}
+
+TEST(LauncherJson, DumpEscapesAndRepairsUtf8) {
+  EXPECT_EQ(Json("q\" b\\ n\n r\r t\t b\b f\f c\x01\x1f d\x7f / \xc3\xa9").dump(),
+            "\"q\\\" b\\\\ n\\n r\\r t\\t b\\b f\\f c\\u0001\\u001f d\x7f / \xc3\xa9\"");
+  EXPECT_EQ(Json(std::string("nul\0!", 5)).dump(), "\"nul\\u0000!\"");
+  // Invalid UTF-8 becomes U+FFFD per bad byte, so the output always parses.
+  const std::string repaired = Json("x\xff y\xe6\x97").dump();
+  EXPECT_EQ(repaired, "\"x\xef\xbf\xbd y\xef\xbf\xbd\xef\xbf\xbd\"");
+  EXPECT_NO_THROW(Json::parse(repaired));
+}
+
+TEST(LauncherJson, KindsAreChecked) {
+  EXPECT_INVALID(Json(NAN), "cannot hold");
+  EXPECT_INVALID(Json(HUGE_VAL), "cannot hold");
+  EXPECT_INVALID(Json(int64_t{1} << 54), "beyond 2^53");
+  EXPECT_NO_THROW(Json(int64_t{1} << 53));
+  EXPECT_INVALID(Json(1).as_string(), "expected a string, found a number");
+  EXPECT_INVALID(Json("x").as_number(), "expected a number, found a string");
+  EXPECT_INVALID(Json(1.5).as_int(), "whole number");
+  EXPECT_INVALID(Json(nullptr).as_bool(), "expected a bool, found null");
+  EXPECT_INVALID(Json(Json::Array{}).as_object(), "expected an object, found an array");
+  EXPECT_INVALID(Json(Json::Object{}).as_array(), "expected an array, found an object");
+  EXPECT_INVALID(Json(Json::Object{}).at("k"), "key \"k\"", "found none");
+  EXPECT_INVALID(Json(3).at("k"), "key \"k\"", "found a number");
+  EXPECT_EQ(Json(3).find("k"), nullptr);
+  EXPECT_TRUE(Json().is_null());
+  EXPECT_EQ(Json::parse("true").kind(), Json::Kind::kBool);
+}
+
+// ---- error files -----------------------------------------------------------------------
+
+TEST(LauncherErrorFile, ReadsTorchDictFormat) {
+  TempDir dir;
+  // As torch's ErrorHandler.record_exception writes it (json.dump: ASCII, \u escapes).
+  const std::string path = dir.write(
+      "error.json",
+      R"({"message": {"message": "RuntimeError: caf\u00e9 \"broke\"", "extraInfo": )"
+      R"({"py_callstack": "Traceback (most recent call last):\n  File \"t.py\", line 3, in )"
+      R"(main\nRuntimeError: caf\u00e9 \"broke\"\n", "timestamp": "1700000000"}}})");
+  auto [message, traceback] = read_error_file(path);
+  EXPECT_EQ(message, "RuntimeError: caf\xc3\xa9 \"broke\"");
+  EXPECT_EQ(traceback,
+            "Traceback (most recent call last):\n  File \"t.py\", line 3, in main\n"
+            "RuntimeError: caf\xc3\xa9 \"broke\"\n");
+  // torch's parent agents add errorCode; extra fields are ignored.
+  dir.write("error.json", R"({"message": {"message": "E: x", "errorCode": 1, "extraInfo": {}}})");
+  EXPECT_EQ(read_error_file(path), std::make_pair(std::string("E: x"), std::string()));
+}
+
+TEST(LauncherErrorFile, TracebackWithoutMessageGivesItsLastLine) {
+  TempDir dir;
+  const std::string path = dir.write(
+      "error.json",
+      R"({"message": {"extraInfo": {"py_callstack": "Traceback:\n  x\nKeyError: 'k'\n\n"}}})");
+  auto [message, traceback] = read_error_file(path);
+  EXPECT_EQ(message, "KeyError: 'k'");
+  EXPECT_EQ(traceback, "Traceback:\n  x\nKeyError: 'k'\n\n");
+}
+
+TEST(LauncherErrorFile, ReadsPlainStringFormat) {
+  TempDir dir;
+  const std::string path =
+      dir.write("error.json", R"({"message": "Signal 9 (SIGKILL) received", "timestamp": 12})");
+  EXPECT_EQ(read_error_file(path),
+            std::make_pair(std::string("Signal 9 (SIGKILL) received"), std::string()));
+}
+
+TEST(LauncherErrorFile, MissingEmptyOrGarbageGivesNothing) {
+  TempDir dir;
+  const std::pair<std::string, std::string> nothing;
+  EXPECT_EQ(read_error_file(dir.file("absent.json")), nothing);
+  EXPECT_EQ(read_error_file(dir.write("empty.json", "")), nothing);
+  EXPECT_EQ(read_error_file(dir.write("garbage.json", "Traceback: not json at all")), nothing);
+  EXPECT_EQ(read_error_file(dir.write("half.json", R"({"message": {"message": "cut)")), nothing);
+  EXPECT_EQ(read_error_file(dir.write("number.json", R"({"message": 5})")), nothing);
+  EXPECT_EQ(read_error_file(dir.write("array.json", "[1, 2]")), nothing);
+  EXPECT_EQ(read_error_file(dir.write("other.json", R"({"error": "x"})")), nothing);
+  ASSERT_EQ(::mkdir(dir.file("a_directory").c_str(), 0755), 0);
+  EXPECT_EQ(read_error_file(dir.file("a_directory")), nothing);
+}
+
+TEST(LauncherErrorFile, ReadsWhatTdistWrites) {
+  TempDir dir;
+  const std::string path = dir.file("error.json");
+  ScopedVar var("TORCHELASTIC_ERROR_FILE", path);
+  const std::string text = "tdist::PeerError: rank 3 \"gone\"\n\tat step 7 \xc3\xa9 \x02";
+  write_error_file(text);
+  auto [message, traceback] = read_error_file(path);
+  EXPECT_EQ(message, text);
+  EXPECT_EQ(traceback, text);  // C++ has no Python stack; torch shows py_callstack
+}
+
+// ---- torch itself ----------------------------------------------------------------------
+
+constexpr const char* kPython = "/usr/bin/python3";
+
+// Runs kPython -c `script` args... with TORCHELASTIC_ERROR_FILE=error_file and its output
+// in `log`; returns the wait status, or nullopt when it did not finish within 100 s.
+std::optional<int> run_python(const std::string& script, const std::vector<std::string>& args,
+                              const std::string& error_file, const std::string& log) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, STDOUT_FILENO);
+      ::dup2(fd, STDERR_FILENO);
+    }
+    ::setenv("TORCHELASTIC_ERROR_FILE", error_file.c_str(), 1);
+    std::vector<const char*> argv = {kPython, "-c", script.c_str()};
+    for (const std::string& a : args) argv.push_back(a.c_str());
+    argv.push_back(nullptr);
+    ::execv(kPython, const_cast<char* const*>(argv.data()));
+    ::_exit(127);
+  }
+  if (pid < 0) return std::nullopt;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(100);
+  int status = 0;
+  while (true) {
+    pid_t done = ::waitpid(pid, &status, WNOHANG);
+    if (done == pid) return status;
+    if (done < 0 && errno != EINTR) return std::nullopt;
+    if (std::chrono::steady_clock::now() > give_up) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return std::nullopt;
+    }
+    ::usleep(20 * 1000);
+  }
+}
+
+constexpr int kNoTorch = 77;
+
+TEST(LauncherErrorFile, TorchReadsOursAndWeReadTorchRecord) {
+  if (::access(kPython, X_OK) != 0) GTEST_SKIP() << kPython << " is not installed";
+  TempDir dir;
+  const std::string ours = dir.file("tdist_error.json");
+  {
+    ScopedVar var("TORCHELASTIC_ERROR_FILE", ours);
+    write_error_file("tdist::PeerError: rank 1 \"lost\"\nline 2 \xc3\xa9\t\x01");
+  }
+  // One interpreter (importing torch takes seconds): torch's ProcessFailure parses what
+  // tdist wrote, then torch's @record writes the error of a function that raises.
+  const std::string torch_file = dir.file("torch_error.json");
+  const std::string log = dir.file("log.txt");
+  std::optional<int> status = run_python(
+      "import sys, time\n"
+      "try:\n"
+      "    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure, record\n"
+      "except ImportError:\n"
+      "    sys.exit(77)\n"
+      "f = ProcessFailure(local_rank=0, pid=1, exitcode=1, error_file=sys.argv[1])\n"
+      "want = 'tdist::PeerError: rank 1 \"lost\"\\nline 2 \\u00e9\\t\\x01'\n"
+      "if (f.message['message'] != want or f.message['extraInfo']['py_callstack'] != want\n"
+      "        or abs(f.timestamp - time.time()) > 600):\n"
+      "    print('torch read', f.message, f.timestamp)\n"
+      "    sys.exit(3)\n"
+      "@record\n"
+      "def main():\n"
+      "    raise ValueError('bad \"value\"\\nline 2 \\u00e9')\n"
+      "main()\n",
+      {ours}, torch_file, log);
+  ASSERT_TRUE(status) << "python did not finish within 100 s";
+  if (WIFEXITED(*status) && WEXITSTATUS(*status) == kNoTorch) {
+    GTEST_SKIP() << kPython << " cannot import torch.distributed.elastic.multiprocessing.errors "
+                 << "(install python3-torch to check against torch itself)";
+  }
+  // 1 = the ValueError; 3 = torch misread our file.
+  ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1)
+      << "status " << *status << ": " << read_file(log);
+  auto [message, traceback] = read_error_file(torch_file);
+  EXPECT_EQ(message, "ValueError: bad \"value\"\nline 2 \xc3\xa9") << read_file(torch_file);
+  EXPECT_EQ(traceback.rfind("Traceback (most recent call last):\n", 0), 0u) << traceback;
+  EXPECT_NE(traceback.find("File \"<string>\", line 14, in main"), std::string::npos) << traceback;
+}
+
+// ---- records and the summary -----------------------------------------------------------
+
+FailureRecord sample(int global_rank, int64_t time_us) {
+  FailureRecord r;
+  r.global_rank = global_rank;
+  r.local_rank = global_rank % 4;
+  r.node_rank = global_rank / 4;
+  r.round = 2;
+  r.host = "node" + std::to_string(global_rank / 4);
+  r.exit_code = 1;
+  r.time_us = time_us;
+  r.error_file = "/tmp/tdistrun/attempt_2/" + std::to_string(global_rank) + "/error.json";
+  return r;
+}
+
+TEST(LauncherFailureRecord, SerializeRoundTrips) {
+  FailureRecord r = sample(5, 1700000000123456);
+  r.signal = 9;
+  r.log_file = "/logs/5/stderr.log";
+  r.error = "tdist::PeerError: \"x\" \xc3\xa9";
+  r.traceback = "Traceback:\n\tline\n";
+  r.stderr_tail = "a\nb\x01\n";
+  const std::string text = serialize(r);
+  EXPECT_EQ(text.find('\n'), std::string::npos) << "one line";
+  EXPECT_EQ(parse_failure(text), r);
+  EXPECT_EQ(parse_failure(serialize(FailureRecord{})), FailureRecord{});
+}
+
+TEST(LauncherFailureRecord, ParseRejectsGarbage) {
+  EXPECT_INVALID(parse_failure("garbage"), "not a failure record", "invalid JSON");
+  EXPECT_INVALID(parse_failure("[]"), "not a failure record", "expected an object");
+  std::string text = serialize(sample(1, 1));
+  std::string no_host = text;
+  no_host.replace(no_host.find("\"host\""), 6, "\"hots\"");
+  EXPECT_INVALID(parse_failure(no_host), "not a failure record", "key \"host\"");
+  std::string bad_rank = text;
+  bad_rank.replace(bad_rank.find("\"global_rank\": 1"), 16, "\"global_rank\": \"1\"");
+  EXPECT_INVALID(parse_failure(bad_rank), "expected a number, found a string");
+  std::string big = text;
+  big.replace(big.find("\"global_rank\": 1"), 16, "\"global_rank\": 4294967296");
+  EXPECT_INVALID(parse_failure(big), "\"global_rank\"", "does not fit an int");
+}
+
+TEST(LauncherFailureRecord, SignalNames) {
+  EXPECT_EQ(signal_name(SIGSEGV), "SIGSEGV");
+  EXPECT_EQ(signal_name(SIGABRT), "SIGABRT");
+  EXPECT_EQ(signal_name(SIGKILL), "SIGKILL");
+  EXPECT_EQ(signal_name(SIGTERM), "SIGTERM");
+  EXPECT_EQ(signal_name(SIGBUS), "SIGBUS");
+  EXPECT_EQ(signal_name(SIGRTMIN), "SIGRTMIN");
+  EXPECT_EQ(signal_name(SIGRTMIN + 2), "SIGRTMIN+2");
+  EXPECT_EQ(signal_name(999), "signal 999");
+}
+
+// Sets the time zone (TZ) for a scope, so times print predictably.
+class ScopedZone {
+ public:
+  explicit ScopedZone(const char* tz) {
+    if (const char* v = std::getenv("TZ")) saved_ = v;
+    ::setenv("TZ", tz, 1);
+    ::tzset();
+  }
+  ~ScopedZone() {
+    if (saved_) {
+      ::setenv("TZ", saved_->c_str(), 1);
+    } else {
+      ::unsetenv("TZ");
+    }
+    ::tzset();
+  }
+  ScopedZone(const ScopedZone&) = delete;
+  ScopedZone& operator=(const ScopedZone&) = delete;
+
+ private:
+  std::optional<std::string> saved_;
+};
+
+TEST(LauncherSummary, OneFailureInFull) {
+  ScopedZone utc("UTC");
+  FailureRecord r = sample(1, 1700000000123456);
+  r.error = "tdist::PeerError: rank 0 closed the connection";
+  r.traceback = r.error;  // as tdist's C++ programs write it: shown once
+  r.stderr_tail = "warming up\nstep 3\n";
+  EXPECT_EQ(format_summary("job42", {r}, 0, 0),
+            "tdistrun: run job42 failed: 1 worker failed; restarts used: 0 of 0\n"
+            "Root cause (first failure):\n"
+            "  rank 1 (local rank 1) on node0 (node rank 0), round 2: exit code 1\n"
+            "    time: 2023-11-14T22:13:20.123+00:00\n"
+            "    log file: <console>\n"
+            "    error: tdist::PeerError: rank 0 closed the connection\n"
+            "    stderr tail:\n"
+            "      warming up\n"
+            "      step 3\n");
+}
+
+TEST(LauncherSummary, RootCauseFirstThenTimeOrderWithoutDuplicates) {
+  ScopedZone utc("UTC");
+  const int64_t t = 1700000000000000;
+  FailureRecord killed = sample(6, t + 2000000);  // last, killed, wrote nothing
+  killed.exit_code = 0;
+  killed.signal = SIGKILL;
+  FailureRecord root = sample(3, t);
+  root.log_file = "/logs/3/stderr.log";
+  root.error = "ValueError: bad\nsecond line";
+  root.traceback = "Traceback (most recent call last):\n  File \"t.py\"\nValueError: bad\n";
+  FailureRecord second = sample(0, t + 1000000);
+  second.exit_code = 2;
+  second.error = "tdist::PeerError: rank 3 died";
+  second.stderr_tail = "boom\n";
+  const std::string s = format_summary("run-7", {killed, second, root, second, killed}, 3, 3);
+
+  EXPECT_EQ(s.rfind("tdistrun: run run-7 failed: 3 workers failed; restarts used: 3 of 3\n", 0), 0u)
+      << s;
+  const size_t at_root_header = s.find("Root cause (first failure):\n");
+  const size_t at_root =
+      s.find("  rank 3 (local rank 3) on node0 (node rank 0), round 2: exit code 1\n");
+  const size_t at_others = s.find("Other failures (in time order):\n");
+  const size_t at_second =
+      s.find("  rank 0 (local rank 0) on node0 (node rank 0), round 2: exit code 2\n");
+  const size_t at_killed =
+      s.find("  rank 6 (local rank 2) on node1 (node rank 1), round 2: signal SIGKILL (9)\n");
+  ASSERT_NE(at_killed, std::string::npos) << s;
+  EXPECT_LT(at_root_header, at_root) << s;
+  EXPECT_LT(at_root, at_others) << s;
+  EXPECT_LT(at_others, at_second) << s;
+  EXPECT_LT(at_second, at_killed) << s;
+  // Duplicates are shown once.
+  EXPECT_EQ(s.find("  rank 6 ", at_killed + 1), std::string::npos) << s;
+  EXPECT_EQ(s.find("  rank 0 ", at_second + 1), std::string::npos) << s;
+
+  EXPECT_NE(s.find("    time: 2023-11-14T22:13:20.000+00:00\n    log file: /logs/3/stderr.log\n"
+                   "    error:\n      ValueError: bad\n      second line\n"
+                   "    traceback:\n      Traceback (most recent call last):\n"
+                   "        File \"t.py\"\n      ValueError: bad\n"
+                   "    stderr tail: (nothing captured)\n"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("    time: 2023-11-14T22:13:21.000+00:00\n    log file: <console>\n"
+                   "    error: tdist::PeerError: rank 3 died\n    stderr tail:\n      boom\n"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("    error: no error reported; see the stderr tail below\n", at_killed),
+            std::string::npos)
+      << s;
+  EXPECT_EQ(s.find("<N/A>"), std::string::npos) << s;
+  EXPECT_EQ(s.back(), '\n');
+}
+
+TEST(LauncherSummary, LocalTimeCarriesItsOffset) {
+  ScopedZone zone("UTC-05:30");  // POSIX: 5 h 30 min east of UTC
+  const std::string s = format_summary("r", {sample(0, 1700000000999000)}, 0, 1);
+  EXPECT_NE(s.find("    time: 2023-11-15T03:43:20.999+05:30\n"), std::string::npos) << s;
+}
+
+TEST(LauncherSummary, ExitCode) {
+  EXPECT_EQ(summary_exit_code({}), 1);
+  FailureRecord first = sample(2, 100);
+  first.exit_code = 3;
+  FailureRecord later = sample(0, 200);
+  later.exit_code = 0;
+  later.signal = SIGSEGV;
+  EXPECT_EQ(summary_exit_code({later, first}), 3);
+  EXPECT_EQ(summary_exit_code({later}), 128 + SIGSEGV);
+  later.time_us = 50;
+  EXPECT_EQ(summary_exit_code({first, later}), 128 + SIGSEGV);
+  // Same time: the lower global rank is the root cause.
+  FailureRecord tie = sample(1, 100);
+  tie.exit_code = 7;
+  EXPECT_EQ(summary_exit_code({first, tie}), 7);
+  // A root cause that exited 0 (stopped cleanly, say) still fails the launcher.
+  FailureRecord clean = sample(0, 1);
+  clean.exit_code = 0;
+  EXPECT_EQ(summary_exit_code({clean, first}), 1);
+}
+
+}  // namespace
+}  // namespace tdist::launcher

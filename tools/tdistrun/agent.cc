@@ -1,0 +1,328 @@
+// The node agent's loop (see agent.h).
+#include "tdistrun/agent.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "tdist/error.h"
+#include "tdistrun/failure.h"
+#include "tdistrun/node_rdzv.h"
+#include "tdistrun/signals.h"
+#include "tdistrun/worker_env.h"
+#include "tdistrun/worker_group.h"
+
+namespace tdist::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+void say(const std::string& line) {
+  const std::string text = "tdistrun: " + line + "\n";
+  if (::write(STDERR_FILENO, text.data(), text.size()) < 0) {
+    // Nothing useful to do when stderr is gone.
+  }
+}
+
+std::string hostname() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "localhost";
+  return name;
+}
+
+// Runs `fn` (a blocking rendezvous step) on a helper thread while the main thread keeps
+// watching for terminating signals: the launcher must answer Ctrl-C even while it waits
+// for other nodes. On such a signal no worker is running, so it exits at once.
+template <typename Fn>
+auto interruptible(Signals& signals, Fn fn) -> decltype(fn()) {
+  using T = decltype(fn());
+  const int done = ::eventfd(0, EFD_CLOEXEC);
+  if (done < 0) return fn();
+  std::promise<T> result;
+  std::thread worker([&] {
+    try {
+      result.set_value(fn());
+    } catch (...) {
+      result.set_exception(std::current_exception());
+    }
+    const uint64_t one = 1;
+    if (::write(done, &one, sizeof(one)) < 0) {
+      // The eventfd cannot be full after one write; nothing to recover.
+    }
+  });
+  for (;;) {
+    pollfd fds[2] = {{signals.fd(), POLLIN, 0}, {done, POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) continue;
+    if (fds[1].revents != 0) break;
+    if (const int sig = signals.drain(); sig != 0) {
+      say("received " + signal_name(sig) + " while waiting for the rendezvous; exiting");
+      std::_Exit(128 + sig);
+    }
+  }
+  worker.join();
+  ::close(done);
+  return result.get_future().get();
+}
+
+// Where this job keeps its per-worker files: --log-dir, else a private temporary
+// directory that is removed when the job succeeds without redirected output.
+class RunDirectory {
+ public:
+  RunDirectory(const Options& options) {
+    if (!options.log_dir.empty()) {
+      root_ = fs::path(options.log_dir) / options.rdzv_id;
+      fs::create_directories(root_);
+      return;
+    }
+    std::string pattern = (fs::temp_directory_path() / "tdistrun_XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      TDIST_THROW(Error, "cannot create a temporary directory in ", fs::temp_directory_path());
+    }
+    root_ = pattern;
+    temporary_ = true;
+  }
+  ~RunDirectory() {
+    if (temporary_ && remove_) {
+      std::error_code ignored;
+      fs::remove_all(root_, ignored);
+    }
+  }
+  RunDirectory(const RunDirectory&) = delete;
+  RunDirectory& operator=(const RunDirectory&) = delete;
+
+  // <root>/attempt_<round>/<local_rank>/, created.
+  fs::path worker_dir(int round, int local_rank) const {
+    fs::path dir = root_ / ("attempt_" + std::to_string(round)) / std::to_string(local_rank);
+    fs::create_directories(dir);
+    return dir;
+  }
+  void keep() { remove_ = false; }
+  const fs::path& root() const { return root_; }
+
+ private:
+  fs::path root_;
+  bool temporary_ = false;
+  bool remove_ = true;
+};
+
+class Agent {
+ public:
+  explicit Agent(const Options& options)
+      : options_(options), host_(hostname()), dir_(options), signals_(Signals::install()) {}
+
+  int run() {
+    std::unique_ptr<NodeRendezvous> rdzv =
+        interruptible(signals_, [&] { return std::make_unique<NodeRendezvous>(rdzv_config()); });
+    rdzv_ = rdzv.get();
+    for (;;) {
+      const Round round = interruptible(signals_, [&] { return rdzv_->join(); });
+      const Outcome outcome = run_round(round);
+      if (signalled_ != 0) return 128 + signalled_;
+      switch (outcome) {
+        case Outcome::kDone:
+          return 0;
+        case Outcome::kRestart:
+          say("restarting the workers (restart " + std::to_string(round.restart_count + 1) +
+              " of " + std::to_string(options_.max_restarts) + ")");
+          continue;
+        case Outcome::kMembershipChange:
+          say("nodes are waiting to join; starting a new round with them");
+          continue;
+        case Outcome::kGiveUp:
+          return give_up(round);
+      }
+    }
+  }
+
+ private:
+  NodeRdzvConfig rdzv_config() const {
+    NodeRdzvConfig c;
+    c.host = options_.rdzv_host;
+    c.port = static_cast<uint16_t>(options_.rdzv_port < 0 ? 0 : options_.rdzv_port);
+    c.is_host = options_.is_host;
+    if (!c.is_host && options_.rdzv_backend == "static" && options_.node_rank >= 0) {
+      c.is_host = options_.node_rank == 0;
+    }
+    c.run_id = options_.rdzv_id;
+    c.min_nodes = options_.min_nodes;
+    c.max_nodes = options_.max_nodes;
+    c.node_rank = options_.node_rank;
+    c.local_world_size = options_.nproc_per_node;
+    c.node_addr = options_.local_addr;
+    c.hostname = host_;
+    c.max_restarts = options_.max_restarts;
+    c.join_timeout = options_.join_timeout;
+    c.last_call_timeout = options_.last_call_timeout;
+    return c;
+  }
+
+  std::vector<WorkerSpec> worker_specs(const Round& round) {
+    const std::vector<std::string> parent = current_environment();
+    const std::vector<std::string> argv = worker_command(options_);
+    std::vector<WorkerSpec> specs;
+    for (int local = 0; local < options_.nproc_per_node; ++local) {
+      const fs::path dir = dir_.worker_dir(round.round, local);
+      WorkerEnvInput in;
+      in.local_rank = local;
+      in.local_world_size = options_.nproc_per_node;
+      in.rank_offset = round.rank_offset;
+      in.world_size = round.world_size;
+      in.node_rank = round.node_rank;
+      in.num_nodes = round.num_nodes;
+      in.role = options_.role;
+      in.master_addr = round.master_addr;
+      in.master_port = round.master_port;
+      in.restart_count = round.restart_count;
+      in.max_restarts = options_.max_restarts;
+      in.run_id = options_.rdzv_id;
+      in.error_file = (dir / "error.json").string();
+      in.agent_store = store_endpoint();
+      in.store_prefix = round.worker_prefix;
+
+      WorkerSpec spec;
+      spec.local_rank = local;
+      spec.global_rank = round.rank_offset + local;
+      spec.argv = argv;
+      spec.env = worker_environment(parent, in);
+      spec.redirect_mask = static_cast<int>(options_.redirects.for_rank(local));
+      spec.tee_mask = static_cast<int>(options_.tee.for_rank(local));
+      spec.console =
+          options_.local_ranks_filter.empty() ||
+          std::find(options_.local_ranks_filter.begin(), options_.local_ranks_filter.end(),
+                    local) != options_.local_ranks_filter.end();
+      const int files = spec.redirect_mask | spec.tee_mask;
+      if (files & 1) spec.stdout_path = (dir / "stdout.log").string();
+      if (files & 2) spec.stderr_path = (dir / "stderr.log").string();
+      spec.prefix = "[" + host_ + ":rank " + std::to_string(spec.global_rank) + "]:";
+      specs.push_back(std::move(spec));
+      error_files_.push_back(in.error_file);
+    }
+    if (options_.redirects.all != Streams::kNone || !options_.redirects.per_rank.empty() ||
+        options_.tee.all != Streams::kNone || !options_.tee.per_rank.empty()) {
+      dir_.keep();
+    }
+    return specs;
+  }
+
+  std::string store_endpoint() const {
+    const std::string host = rdzv_->store_host();
+    const std::string port = std::to_string(rdzv_->store_port());
+    return host.find(':') != std::string::npos ? "[" + host + "]:" + port : host + ":" + port;
+  }
+
+  // One round: start, watch, and end the workers; returns how the round ended.
+  Outcome run_round(const Round& round) {
+    error_files_.clear();
+    std::unique_ptr<WorkerGroup> group = WorkerGroup::start(worker_specs(round));
+    for (;;) {
+      switch (group->wait(Clock::now() + options_.monitor_interval)) {
+        case WorkerGroup::Event::kAllSucceeded:
+          return interruptible(signals_, [&] { return rdzv_->finish(); });
+        case WorkerGroup::Event::kWorkerFailed: {
+          group->stop(SIGTERM, options_.term_timeout);
+          return rdzv_->report_failure(failure_records(*group, round));
+        }
+        case WorkerGroup::Event::kSignal: {
+          signalled_ = signals_.terminating_signal();
+          say("received " + signal_name(signalled_) + "; forwarding it to " +
+              std::to_string(options_.nproc_per_node) + " workers");
+          group->stop(signalled_, options_.term_timeout);
+          rdzv_->leave();
+          return Outcome::kGiveUp;
+        }
+        case WorkerGroup::Event::kTimeout:
+          if (std::optional<Outcome> end = rdzv_->check()) {
+            group->stop(SIGTERM, options_.term_timeout);
+            if (signals_.terminating_signal() != 0) signalled_ = signals_.terminating_signal();
+            return *end;
+          }
+          break;
+      }
+    }
+  }
+
+  std::vector<std::string> failure_records(const WorkerGroup& group, const Round& round) {
+    std::vector<std::string> out;
+    for (const WorkerExit& e : group.exits()) {
+      if (!e.failed() || e.stopped_by_us) continue;
+      FailureRecord r;
+      r.global_rank = e.global_rank;
+      r.local_rank = e.local_rank;
+      r.node_rank = round.node_rank;
+      r.round = round.round;
+      r.host = host_;
+      r.exit_code = e.exit_code;
+      r.signal = e.signal;
+      r.time_us =
+          std::chrono::duration_cast<std::chrono::microseconds>(e.when.time_since_epoch()).count();
+      const int files = static_cast<int>(options_.redirects.for_rank(e.local_rank)) |
+                        static_cast<int>(options_.tee.for_rank(e.local_rank));
+      if (files & 2) {
+        r.log_file = (dir_.worker_dir(round.round, e.local_rank) / "stderr.log").string();
+      }
+      r.error_file = error_files_[static_cast<size_t>(e.local_rank)];
+      std::tie(r.error, r.traceback) = read_error_file(r.error_file);
+      r.stderr_tail = group.stderr_tail(e.local_rank, kTailLines);
+      say("worker rank " + std::to_string(r.global_rank) + " (local rank " +
+          std::to_string(r.local_rank) + ") failed with " +
+          (r.signal != 0 ? signal_name(r.signal) : "exit code " + std::to_string(r.exit_code)));
+      out.push_back(serialize(r));
+    }
+    return out;
+  }
+
+  int give_up(const Round& round) {
+    dir_.keep();
+    // The summary is about the attempt that ended the job; earlier rounds' failures were
+    // reported as they happened.
+    // Lost or departed nodes are recorded by the rendezvous as plain sentences.
+    std::vector<FailureRecord> records;
+    std::string node_events;
+    for (const std::string& text : rdzv_->failure_records()) {
+      try {
+        FailureRecord r = parse_failure(text);
+        if (r.round == round.round) records.push_back(std::move(r));
+      } catch (const Error&) {
+        node_events += "  " + text + "\n";
+      }
+    }
+    std::string summary =
+        format_summary(options_.rdzv_id, records, round.restart_count, options_.max_restarts);
+    if (!node_events.empty()) summary += "Node events:\n" + node_events;
+    if (::write(STDERR_FILENO, summary.data(), summary.size()) < 0) {
+      // stderr is gone; the exit status still tells.
+    }
+    return records.empty() ? 1 : summary_exit_code(records);
+  }
+
+  static constexpr size_t kTailLines = 20;
+
+  const Options& options_;
+  const std::string host_;
+  RunDirectory dir_;
+  Signals& signals_;
+  NodeRendezvous* rdzv_ = nullptr;
+  std::vector<std::string> error_files_;
+  int signalled_ = 0;
+};
+
+}  // namespace
+
+int run_agent(const Options& options) { return Agent(options).run(); }
+
+}  // namespace tdist::launcher

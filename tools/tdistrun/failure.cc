@@ -1,0 +1,238 @@
+// Failure records, torch's error files and the final failure summary (failure.h).
+#include "tdistrun/failure.h"
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <limits>
+#include <string_view>
+#include <tuple>
+
+#include "tdist/error.h"
+#include "tdistrun/json.h"
+
+namespace tdist::launcher {
+namespace {
+
+// Error files hold one message and a traceback; anything bigger is not one.
+constexpr size_t kMaxErrorFileBytes = 16 << 20;
+
+// A total order: time, then global rank, then everything else, so equal records end up
+// next to each other and the root cause is the same wherever it is computed.
+bool earlier(const FailureRecord& a, const FailureRecord& b) {
+  auto key = [](const FailureRecord& r) {
+    return std::tie(r.time_us, r.global_rank, r.local_rank, r.node_rank, r.round, r.host,
+                    r.exit_code, r.signal, r.log_file, r.error_file, r.error, r.traceback,
+                    r.stderr_tail);
+  };
+  return key(a) < key(b);
+}
+
+int int_field(const Json& record, const char* key) {
+  const int64_t v = record.at(key).as_int();
+  TDIST_CHECK(v >= std::numeric_limits<int>::min() && v <= std::numeric_limits<int>::max(),
+              InvalidArgument, "field \"", key, "\" = ", v, " does not fit an int");
+  return static_cast<int>(v);
+}
+
+std::string last_line(std::string_view text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
+  size_t nl = text.rfind('\n');
+  return std::string(nl == std::string_view::npos ? text : text.substr(nl + 1));
+}
+
+// "2024-05-01T12:00:00.123+02:00" in the local time zone.
+std::string iso_time(int64_t time_us) {
+  if (time_us <= 0) return "unknown";
+  const std::time_t secs = static_cast<std::time_t>(time_us / 1000000);
+  std::tm tm{};
+  if (localtime_r(&secs, &tm) == nullptr) return "unknown";
+  char date[32];
+  std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%S", &tm);
+  const long offset_min = tm.tm_gmtoff / 60;
+  const long abs_min = offset_min < 0 ? -offset_min : offset_min;
+  char out[64];
+  std::snprintf(out, sizeof(out), "%s.%03d%c%02ld:%02ld", date,
+                static_cast<int>(time_us / 1000 % 1000), offset_min < 0 ? '-' : '+', abs_min / 60,
+                abs_min % 60);
+  return out;
+}
+
+void append_block(std::string& out, std::string_view text, const char* indent) {
+  while (!text.empty() && text.back() == '\n') text.remove_suffix(1);
+  while (!text.empty()) {
+    size_t nl = text.find('\n');
+    out += indent;
+    out += text.substr(0, nl);
+    out += '\n';
+    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+  }
+}
+
+// "    label: text" when text is one line, else the label and the text indented below it.
+void append_field(std::string& out, const char* label, std::string_view text) {
+  out += "    ";
+  out += label;
+  out += ':';
+  if (text.find('\n') == std::string_view::npos) {
+    out += ' ';
+    out += text;
+    out += '\n';
+    return;
+  }
+  out += '\n';
+  append_block(out, text, "      ");
+}
+
+void append_record(std::string& out, const FailureRecord& r) {
+  out += detail::str_cat("  rank ", r.global_rank, " (local rank ", r.local_rank, ") on ", r.host,
+                         " (node rank ", r.node_rank, "), round ", r.round, ": ");
+  if (r.signal != 0) {
+    out += detail::str_cat("signal ", signal_name(r.signal), " (", r.signal, ")\n");
+  } else {
+    out += detail::str_cat("exit code ", r.exit_code, "\n");
+  }
+  append_field(out, "time", iso_time(r.time_us));
+  append_field(out, "log file", r.log_file.empty() ? "<console>" : r.log_file);
+  append_field(out, "error",
+               r.error.empty() ? "no error reported; see the stderr tail below" : r.error);
+  if (!r.traceback.empty() && r.traceback != r.error) {
+    out += "    traceback:\n";
+    append_block(out, r.traceback, "      ");
+  }
+  if (r.stderr_tail.find_first_not_of("\r\n") == std::string::npos) {
+    out += "    stderr tail: (nothing captured)\n";
+  } else {
+    out += "    stderr tail:\n";
+    append_block(out, r.stderr_tail, "      ");
+  }
+}
+
+}  // namespace
+
+std::string signal_name(int signal) {
+  static constexpr std::pair<int, const char*> kNames[] = {
+      {SIGHUP, "SIGHUP"},       {SIGINT, "SIGINT"},       {SIGQUIT, "SIGQUIT"},
+      {SIGILL, "SIGILL"},       {SIGTRAP, "SIGTRAP"},     {SIGABRT, "SIGABRT"},
+      {SIGBUS, "SIGBUS"},       {SIGFPE, "SIGFPE"},       {SIGKILL, "SIGKILL"},
+      {SIGUSR1, "SIGUSR1"},     {SIGSEGV, "SIGSEGV"},     {SIGUSR2, "SIGUSR2"},
+      {SIGPIPE, "SIGPIPE"},     {SIGALRM, "SIGALRM"},     {SIGTERM, "SIGTERM"},
+      {SIGCHLD, "SIGCHLD"},     {SIGCONT, "SIGCONT"},     {SIGSTOP, "SIGSTOP"},
+      {SIGTSTP, "SIGTSTP"},     {SIGTTIN, "SIGTTIN"},     {SIGTTOU, "SIGTTOU"},
+      {SIGURG, "SIGURG"},       {SIGXCPU, "SIGXCPU"},     {SIGXFSZ, "SIGXFSZ"},
+      {SIGPROF, "SIGPROF"},     {SIGVTALRM, "SIGVTALRM"}, {SIGWINCH, "SIGWINCH"},
+      {SIGIO, "SIGIO"},         {SIGSYS, "SIGSYS"},
+#ifdef SIGSTKFLT
+      {SIGSTKFLT, "SIGSTKFLT"},
+#endif
+#ifdef SIGPWR
+      {SIGPWR, "SIGPWR"},
+#endif
+  };
+  for (const auto& [number, name] : kNames) {
+    if (number == signal) return name;
+  }
+#ifdef SIGRTMIN
+  if (signal == SIGRTMIN) return "SIGRTMIN";
+  if (signal > SIGRTMIN && signal <= SIGRTMAX)
+    return detail::str_cat("SIGRTMIN+", signal - SIGRTMIN);
+#endif
+  return detail::str_cat("signal ", signal);
+}
+
+std::string serialize(const FailureRecord& r) {
+  Json::Object o = {{"global_rank", r.global_rank},
+                    {"local_rank", r.local_rank},
+                    {"node_rank", r.node_rank},
+                    {"round", r.round},
+                    {"host", r.host},
+                    {"exit_code", r.exit_code},
+                    {"signal", r.signal},
+                    {"time_us", r.time_us},
+                    {"log_file", r.log_file},
+                    {"error_file", r.error_file},
+                    {"error", r.error},
+                    {"traceback", r.traceback},
+                    {"stderr_tail", r.stderr_tail}};
+  return Json(std::move(o)).dump();
+}
+
+FailureRecord parse_failure(const std::string& text) {
+  try {
+    const Json j = Json::parse(text);
+    (void)j.as_object();
+    FailureRecord r;
+    r.global_rank = int_field(j, "global_rank");
+    r.local_rank = int_field(j, "local_rank");
+    r.node_rank = int_field(j, "node_rank");
+    r.round = int_field(j, "round");
+    r.host = j.at("host").as_string();
+    r.exit_code = int_field(j, "exit_code");
+    r.signal = int_field(j, "signal");
+    r.time_us = j.at("time_us").as_int();
+    r.log_file = j.at("log_file").as_string();
+    r.error_file = j.at("error_file").as_string();
+    r.error = j.at("error").as_string();
+    r.traceback = j.at("traceback").as_string();
+    r.stderr_tail = j.at("stderr_tail").as_string();
+    return r;
+  } catch (const InvalidArgument& e) {
+    TDIST_THROW(InvalidArgument, "not a failure record: ", e.what());
+  }
+}
+
+std::pair<std::string, std::string> read_error_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string text;
+  char buf[65536];
+  while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
+    text.append(buf, static_cast<size_t>(in.gcount()));
+    if (text.size() > kMaxErrorFileBytes) return {};
+  }
+  try {
+    const Json j = Json::parse(text);
+    const Json* message = j.find("message");
+    if (message == nullptr) return {};
+    if (message->kind() == Json::Kind::kString) return {message->as_string(), ""};
+    std::string error;
+    std::string traceback;
+    if (const Json* m = message->find("message");
+        m != nullptr && m->kind() == Json::Kind::kString) {
+      error = m->as_string();
+    }
+    const Json* extra = message->find("extraInfo");
+    const Json* stack = extra == nullptr ? nullptr : extra->find("py_callstack");
+    if (stack != nullptr && stack->kind() == Json::Kind::kString) traceback = stack->as_string();
+    if (error.empty()) error = last_line(traceback);
+    return {error, traceback};
+  } catch (const Error&) {
+    return {};
+  }
+}
+
+std::string format_summary(const std::string& run_id, std::vector<FailureRecord> records,
+                           int restarts_used, int max_restarts) {
+  std::sort(records.begin(), records.end(), earlier);
+  records.erase(std::unique(records.begin(), records.end()), records.end());
+  const size_t n = records.size();
+  std::string out =
+      detail::str_cat("tdistrun: run ", run_id, " failed: ", n, n == 1 ? " worker" : " workers",
+                      " failed; restarts used: ", restarts_used, " of ", max_restarts, "\n");
+  for (size_t i = 0; i < n; ++i) {
+    if (i == 0) out += "Root cause (first failure):\n";
+    if (i == 1) out += "Other failures (in time order):\n";
+    append_record(out, records[i]);
+  }
+  return out;
+}
+
+int summary_exit_code(const std::vector<FailureRecord>& records) {
+  if (records.empty()) return 1;
+  const FailureRecord& root = *std::min_element(records.begin(), records.end(), earlier);
+  if (root.signal != 0) return 128 + root.signal;
+  return root.exit_code != 0 ? root.exit_code : 1;
+}
+
+}  // namespace tdist::launcher

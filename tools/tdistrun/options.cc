@@ -1,0 +1,688 @@
+// tdistrun's command line (options.h): one table of flags drives the scan of argv, the
+// PET_ environment defaults and --help; values are then checked and turned into Options.
+#include "tdistrun/options.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <random>
+#include <string_view>
+#include <system_error>
+
+#include "tdist/settings.h"
+
+namespace tdist::launcher {
+namespace {
+
+enum class Kind { kValue, kSwitch, kHelp, kHelpEnv, kVersion };
+
+struct Flag {
+  std::string_view name;  // canonical spelling without "--"; '_' may replace each '-'
+  char short_name;        // 0 when none
+  Kind kind;
+  bool pet;                  // PET_<NAME> sets its default, as in torchrun
+  std::string_view group;    // --help section
+  std::string_view metavar;  // empty for switches
+  std::string_view help;
+};
+
+constexpr std::string_view kWorkers = "Workers";
+constexpr std::string_view kRdzv = "Rendezvous";
+constexpr std::string_view kRun = "Running PROGRAM";
+constexpr std::string_view kOutput = "Output";
+constexpr std::string_view kInfo = "Information";
+
+constexpr auto kFlags = std::to_array<Flag>({
+    {"nproc-per-node", 0, Kind::kValue, true, kWorkers, "N",
+     "workers on this node: a number, or auto or cpu (= online CPU cores); default 1"},
+    {"nnodes", 0, Kind::kValue, true, kWorkers, "N|MIN:MAX",
+     "number of nodes, or the range an elastic job accepts; default 1"},
+    {"node-rank", 0, Kind::kValue, true, kWorkers, "N",
+     "this node's rank (0..nnodes-1); selects the static rendezvous; default: the rendezvous "
+     "assigns node ranks"},
+    {"max-restarts", 0, Kind::kValue, true, kWorkers, "N",
+     "restarts of the whole job (all nodes together, each a fresh rendezvous round) before it "
+     "fails; default 0"},
+    {"monitor-interval", 0, Kind::kValue, true, kWorkers, "SEC",
+     "how often the agent checks its workers; default 0.1"},
+    {"term-timeout", 0, Kind::kValue, false, kWorkers, "SEC",
+     "grace period between forwarding SIGINT/SIGTERM/SIGHUP to the workers and SIGKILL; "
+     "default $TDIST_TERM_TIMEOUT (30)"},
+    {"role", 0, Kind::kValue, true, kWorkers, "NAME", "ROLE_NAME of the workers; default default"},
+    {"standalone", 0, Kind::kSwitch, true, kRdzv, "",
+     "a one-node job with its own store on 127.0.0.1, a free port and a random --rdzv-id; "
+     "--rdzv-backend, --rdzv-endpoint and --rdzv-id are then ignored"},
+    {"rdzv-backend", 0, Kind::kValue, true, kRdzv, "NAME",
+     "c10d (node agents meet at the store at --rdzv-endpoint, hosted by the agent whose "
+     "address it is) or static (fixed --node-rank); default c10d, static with --node-rank"},
+    {"rdzv-endpoint", 0, Kind::kValue, true, kRdzv, "HOST[:PORT]",
+     "where the node agents meet; IPv6 in brackets ([::1]:29400); default port 29400"},
+    {"rdzv-id", 0, Kind::kValue, true, kRdzv, "ID",
+     "job id, the same on every node; default none (random for a one-node job)"},
+    {"rdzv-conf", 0, Kind::kValue, true, kRdzv, "K=V,...",
+     "join_timeout, last_call_timeout, close_timeout (seconds) and is_host (true/false)"},
+    {"rdzv-timeout", 0, Kind::kValue, false, kRdzv, "SEC",
+     "how long to wait for MIN nodes to join (rdzv-conf join_timeout); default 900"},
+    {"master-addr", 0, Kind::kValue, true, kRdzv, "HOST",
+     "where the agents meet without --rdzv-endpoint; default 127.0.0.1"},
+    {"master-port", 0, Kind::kValue, true, kRdzv, "PORT",
+     "port at --master-addr; default 29500, a free port for a one-node job"},
+    {"local-addr", 0, Kind::kValue, true, kRdzv, "HOST",
+     "this node's address as the other nodes should reach it; default: looked up"},
+    {"module", 'm', Kind::kSwitch, true, kRun, "",
+     "run PROGRAM as a Python module, as 'python -u -m PROGRAM ARGS'"},
+    {"no-python", 0, Kind::kSwitch, true, kRun, "",
+     "execute PROGRAM directly even when it ends in .py"},
+    {"run-path", 0, Kind::kSwitch, true, kRun, "",
+     "run PROGRAM with the Python interpreter whatever its name; wins over --no-python"},
+    {"start-method", 0, Kind::kValue, true, kRun, "METHOD",
+     "spawn, fork or forkserver: accepted for torchrun's sake; workers are always fork+exec'd"},
+    {"log-dir", 0, Kind::kValue, true, kOutput, "DIR",
+     "keep the per-worker files (logs, error files) under DIR/<rdzv-id>/; default: a temporary "
+     "directory, removed when the job succeeds"},
+    {"redirects", 'r', Kind::kValue, true, kOutput, "SPEC",
+     "send worker streams to files only: 0 none, 1 stdout, 2 stderr, 3 both, for every local "
+     "rank, or per local rank as 0:1,1:2 (others: none); default 0"},
+    {"tee", 't', Kind::kValue, true, kOutput, "SPEC",
+     "like --redirects, but the lines also reach the console, prefixed [host:rank N]:"},
+    {"local-ranks-filter", 0, Kind::kValue, true, kOutput, "R,...",
+     "show only these local ranks' output on the console (files still get everything)"},
+    {"help", 'h', Kind::kHelp, false, kInfo, "", "this text"},
+    {"help-env", 0, Kind::kHelpEnv, false, kInfo, "",
+     "every TDIST_* setting with its default, and the other variables tdist reads"},
+    {"version", 0, Kind::kVersion, false, kInfo, "", "tdistrun's version"},
+});
+
+constexpr size_t kWidth = 100;
+
+// A flag's value and where it came from ("--nnodes" as typed, or "PET_NNODES").
+struct Value {
+  std::string text;
+  std::string source;
+};
+using Values = std::map<std::string_view, Value>;
+
+const Value* lookup(const Values& values, std::string_view name) {
+  auto it = values.find(name);
+  return it == values.end() ? nullptr : &it->second;
+}
+
+[[noreturn]] void usage(const std::string& message) { throw UsageError("tdistrun: " + message); }
+
+[[noreturn]] void bad(const Value& v, std::string_view expected) {
+  usage(v.source + " '" + v.text + "': " + std::string(expected));
+}
+
+const Flag* find_long(std::string_view name) {
+  std::string canonical(name);
+  std::replace(canonical.begin(), canonical.end(), '_', '-');
+  for (const Flag& f : kFlags) {
+    if (f.name == canonical) return &f;
+  }
+  return nullptr;
+}
+
+const Flag* find_short(char c) {
+  for (const Flag& f : kFlags) {
+    if (f.short_name == c) return &f;
+  }
+  return nullptr;
+}
+
+std::string pet_name(std::string_view flag) {
+  std::string out = "PET_";
+  for (char c : flag) out += c == '-' ? '_' : static_cast<char>(std::toupper(c));
+  return out;
+}
+
+// What argv says before PROGRAM, and PROGRAM with its arguments.
+struct Scan {
+  Action action = Action::kRun;
+  Values values;
+  std::vector<std::string> program;
+};
+
+bool looks_like_flag(std::string_view s) {
+  return s.size() > 1 && s[0] == '-' && !std::isdigit(static_cast<unsigned char>(s[1]));
+}
+
+// Errors are held back until PROGRAM, so that --help anywhere before it still wins.
+Scan scan(int argc, const char* const* argv) {
+  Scan out;
+  std::string error;
+  int i = 1;
+  for (; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (arg.size() < 2 || arg[0] != '-') break;
+    std::string typed;
+    std::optional<std::string> inline_value;
+    const Flag* flag = nullptr;
+    if (arg[1] == '-') {
+      size_t eq = arg.find('=');
+      typed = arg.substr(0, eq);
+      if (eq != std::string_view::npos) inline_value = std::string(arg.substr(eq + 1));
+      flag = find_long(std::string_view(typed).substr(2));
+    } else {
+      typed = arg.substr(0, 2);
+      if (arg.size() > 2) inline_value = std::string(arg.substr(arg[2] == '=' ? 3 : 2));
+      flag = find_short(arg[1]);
+    }
+    std::string problem;
+    if (flag == nullptr) {
+      problem = "unrecognized option '" + typed + "' (see tdistrun --help)";
+    } else if (flag->kind == Kind::kHelp || flag->kind == Kind::kHelpEnv ||
+               flag->kind == Kind::kVersion) {
+      out.action = flag->kind == Kind::kHelp      ? Action::kHelp
+                   : flag->kind == Kind::kHelpEnv ? Action::kHelpEnv
+                                                  : Action::kVersion;
+      return out;
+    } else if (flag->kind == Kind::kSwitch) {
+      if (inline_value) problem = typed + " takes no value";
+      out.values[flag->name] = {"1", typed};
+    } else if (inline_value) {
+      out.values[flag->name] = {*inline_value, typed};
+    } else if (i + 1 < argc && !looks_like_flag(argv[i + 1])) {
+      out.values[flag->name] = {argv[++i], typed};
+    } else {
+      problem = typed + " expects a value (" + std::string(flag->metavar) + ")";
+    }
+    if (error.empty()) error = problem;
+  }
+  if (!error.empty()) usage(error);
+  out.program.assign(argv + i, argv + argc);
+  return out;
+}
+
+void add_pet_defaults(Values& values) {
+  for (const Flag& f : kFlags) {
+    if (!f.pet || values.count(f.name) != 0) continue;
+    std::string name = pet_name(f.name);
+    std::string text = env_string(name.c_str());
+    if (!text.empty()) values[f.name] = {text, name};
+  }
+}
+
+std::optional<long long> to_int(std::string_view s) {
+  long long n = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return n;
+}
+
+int int_in(const Value& v, long long lo, long long hi, std::string_view expected) {
+  std::optional<long long> n = to_int(v.text);
+  if (!n || *n < lo || *n > hi) bad(v, expected);
+  return static_cast<int>(*n);
+}
+
+std::optional<std::chrono::milliseconds> to_seconds(const std::string& s) {
+  char* end = nullptr;
+  double secs = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end != '\0' || !std::isfinite(secs) || secs <= 0 || secs > 1e9) {
+    return std::nullopt;
+  }
+  return std::chrono::milliseconds(std::max<long long>(1, std::llround(secs * 1000.0)));
+}
+
+std::chrono::milliseconds seconds(const Value& v) {
+  std::optional<std::chrono::milliseconds> ms = to_seconds(v.text);
+  if (!ms) bad(v, "expected a positive number of seconds");
+  return *ms;
+}
+
+bool switch_on(const Values& values, std::string_view name) {
+  auto it = values.find(name);
+  if (it == values.end()) return false;
+  std::optional<long long> n = to_int(it->second.text);
+  if (!n) bad(it->second, "expected 0 or 1");
+  return *n != 0;
+}
+
+std::optional<bool> to_bool(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (s == "1" || s == "true" || s == "t" || s == "yes" || s == "y") return true;
+  if (s == "0" || s == "false" || s == "f" || s == "no" || s == "n") return false;
+  return std::nullopt;
+}
+
+std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  for (size_t start = 0;;) {
+    size_t end = s.find(sep, start);
+    out.push_back(s.substr(start, end - start));
+    if (end == std::string_view::npos) return out;
+    start = end + 1;
+  }
+}
+
+int online_cores() { return static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN))); }
+
+int parse_nproc(const Value& v) {
+  if (v.text == "auto" || v.text == "cpu") return online_cores();
+  if (v.text == "gpu")
+    bad(v, "tdist runs CPU workers and uses no GPUs; give a number, auto or cpu");
+  return int_in(v, 1, 1 << 20, "expected a positive number, auto or cpu");
+}
+
+void parse_nnodes(const Value& v, Options& o) {
+  constexpr std::string_view kExpected = "expected N or MIN:MAX with 1 <= MIN <= MAX";
+  std::vector<std::string_view> parts = split(v.text, ':');
+  if (parts.size() > 2) bad(v, kExpected);
+  std::optional<long long> lo = to_int(parts.front());
+  std::optional<long long> hi = to_int(parts.back());
+  if (!lo || !hi || *lo < 1 || *hi > 1 << 20) bad(v, kExpected);
+  if (*lo > *hi) bad(v, "MIN must be <= MAX");
+  o.min_nodes = static_cast<int>(*lo);
+  o.max_nodes = static_cast<int>(*hi);
+}
+
+Streams to_streams(std::string_view s) {
+  return s.size() == 1 && s[0] >= '0' && s[0] <= '3' ? static_cast<Streams>(s[0] - '0')
+                                                     : static_cast<Streams>(0xff);
+}
+
+StreamSpec parse_streams(const Value& v) {
+  constexpr std::string_view kExpected =
+      "expected 0-3 (0 none, 1 stdout, 2 stderr, 3 both) or LOCAL_RANK:0-3,... as in 0:1,1:2";
+  StreamSpec spec;
+  if (v.text.find(':') == std::string::npos) {
+    spec.all = to_streams(v.text);
+    if (spec.all > Streams::kBoth) bad(v, kExpected);
+    return spec;
+  }
+  for (std::string_view item : split(v.text, ',')) {
+    size_t colon = item.find(':');
+    std::optional<long long> rank = to_int(item.substr(0, colon));
+    Streams streams = to_streams(colon == std::string_view::npos ? "" : item.substr(colon + 1));
+    if (!rank || *rank < 0 || *rank > 1 << 20 || streams > Streams::kBoth) bad(v, kExpected);
+    if (!spec.per_rank.emplace(static_cast<int>(*rank), streams).second) {
+      bad(v, "local rank " + std::to_string(*rank) + " is given twice");
+    }
+  }
+  return spec;
+}
+
+std::vector<int> parse_ranks_filter(const Value& v, int nproc) {
+  std::vector<int> ranks;
+  for (std::string_view item : split(v.text, ',')) {
+    std::optional<long long> r = to_int(item);
+    if (!r || *r < 0) bad(v, "expected local ranks separated by commas, as in 0,2");
+    if (*r >= nproc) {
+      bad(v, "local rank " + std::to_string(*r) + " does not exist with --nproc-per-node " +
+                 std::to_string(nproc));
+    }
+    ranks.push_back(static_cast<int>(*r));
+  }
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  return ranks;
+}
+
+void apply_rdzv_conf(const Value& v, Options& o) {
+  for (std::string_view item : split(v.text, ',')) {
+    if (item.empty()) continue;
+    size_t eq = item.find('=');
+    if (eq == std::string_view::npos || eq == 0) bad(v, "expected KEY=VALUE,...");
+    std::string key(item.substr(0, eq));
+    std::string text(item.substr(eq + 1));
+    std::optional<std::chrono::milliseconds> secs = to_seconds(text);
+    std::optional<bool> flag = to_bool(text);
+    if (key == "join_timeout" || key == "last_call_timeout" || key == "close_timeout") {
+      if (!secs) bad(v, key + " '" + text + "' is not a positive number of seconds");
+      std::chrono::milliseconds* field = key == "join_timeout"        ? &o.join_timeout
+                                         : key == "last_call_timeout" ? &o.last_call_timeout
+                                                                      : &o.close_timeout;
+      *field = *secs;
+    } else if (key == "is_host") {
+      if (!flag) bad(v, "is_host '" + text + "' is not true or false");
+      o.is_host = flag;
+    } else {
+      bad(v, "unknown key '" + key +
+                 "' (accepted: join_timeout, last_call_timeout, close_timeout, is_host)");
+    }
+  }
+}
+
+// HOST[:PORT] or [V6][:PORT], brackets removed.
+void parse_endpoint(const Value& v, int default_port, std::string& host, int& port) {
+  constexpr std::string_view kExpected = "expected HOST[:PORT], an IPv6 address as [::1]:29400";
+  std::string_view s = v.text;
+  std::optional<std::string_view> port_text;
+  if (!s.empty() && s[0] == '[') {
+    size_t close = s.find(']');
+    if (close == std::string_view::npos) bad(v, kExpected);
+    std::string_view rest = s.substr(close + 1);
+    if (!rest.empty() && rest[0] != ':') bad(v, kExpected);
+    if (!rest.empty()) port_text = rest.substr(1);
+    s = s.substr(1, close - 1);
+  } else if (size_t colon = s.find(':'); colon != std::string_view::npos) {
+    if (s.find(':', colon + 1) != std::string_view::npos) bad(v, kExpected);
+    port_text = s.substr(colon + 1);
+    s = s.substr(0, colon);
+  }
+  if (s.empty()) bad(v, kExpected);
+  host = std::string(s);
+  port = default_port;
+  if (port_text) {
+    std::optional<long long> n = to_int(*port_text);
+    if (!n || *n < 0 || *n > 65535) bad(v, "expected a port number 0-65535 after HOST:");
+    port = static_cast<int>(*n);
+  }
+}
+
+std::string random_id() {
+  std::random_device device;
+  std::string id;
+  for (int word = 0; word < 4; ++word) {
+    uint32_t bits = device();
+    for (int i = 0; i < 8; ++i, bits >>= 4) id += "0123456789abcdef"[bits & 15];
+  }
+  return id;
+}
+
+void check_python_flags(const Options& o) {
+  if (o.module && o.no_python) {
+    usage("don't use both --module (-m) and --no-python: a module needs the Python interpreter");
+  }
+}
+
+// Where and how the node agents meet.
+void resolve_rendezvous(const Values& values, Options& o) {
+  auto get = [&](std::string_view name) { return lookup(values, name); };
+  const Value* nnodes = get("nnodes");
+  if (const Value* v = get("node-rank")) {
+    o.node_rank = int_in(
+        *v, 0, o.max_nodes - 1,
+        "expected a node rank below the number of nodes (" + std::to_string(o.max_nodes) + ")");
+  }
+  if (o.standalone) {
+    if (o.max_nodes != 1) bad(*nnodes, "--standalone runs exactly one node");
+    o.rdzv_backend = "c10d";
+    o.rdzv_host = "127.0.0.1";
+    o.rdzv_port = 0;
+    o.rdzv_id = random_id();
+    return;
+  }
+  if (const Value* v = get("rdzv-backend")) {
+    if (v->text != "c10d" && v->text != "static") bad(*v, "only c10d and static are supported");
+    o.rdzv_backend = v->text;
+  } else if (o.node_rank >= 0) {
+    o.rdzv_backend = "static";
+  }
+  if (o.rdzv_backend == "static" && o.max_nodes > 1) {
+    if (o.min_nodes != o.max_nodes) bad(*nnodes, "the static rendezvous needs a fixed node count");
+    if (o.node_rank < 0) usage("the static rendezvous with several nodes needs --node-rank");
+  }
+  const Value* endpoint = get("rdzv-endpoint");
+  const Value* addr = get("master-addr");
+  const Value* port = get("master-port");
+  if (endpoint != nullptr) {
+    parse_endpoint(*endpoint, 29400, o.rdzv_host, o.rdzv_port);
+  } else {
+    o.rdzv_host = "127.0.0.1";
+    if (addr != nullptr) {
+      const std::string& a = addr->text;
+      bool bracketed = a.size() > 2 && a.front() == '[' && a.back() == ']';
+      o.rdzv_host = bracketed ? a.substr(1, a.size() - 2) : a;
+      if (o.rdzv_host.empty()) bad(*addr, "expected a host name or address");
+    }
+    if (port != nullptr) {
+      o.rdzv_port = int_in(*port, 0, 65535, "expected a port number 0-65535");
+    } else {
+      o.rdzv_port = o.max_nodes == 1 ? 0 : 29500;
+    }
+  }
+  if (o.max_nodes > 1) {
+    if (endpoint == nullptr && addr == nullptr) {
+      bad(*nnodes, "several nodes need --rdzv-endpoint HOST[:PORT] or --master-addr HOST");
+    }
+    if (o.rdzv_port == 0) {
+      bad(endpoint != nullptr ? *endpoint : *port, "port 0 (a free port) works only for one node");
+    }
+  }
+  if (const Value* v = get("rdzv-id")) {
+    if (v->text.empty()) bad(*v, "expected a non-empty job id");
+    o.rdzv_id = v->text;
+  } else if (o.max_nodes == 1 && endpoint == nullptr && port == nullptr) {
+    o.rdzv_id = random_id();
+  }
+}
+
+Options build(const Values& values) {
+  auto get = [&](std::string_view name) { return lookup(values, name); };
+  Options o;
+  if (const Value* v = get("nproc-per-node")) o.nproc_per_node = parse_nproc(*v);
+  if (const Value* v = get("nnodes")) parse_nnodes(*v, o);
+  o.standalone = switch_on(values, "standalone");
+  o.module = switch_on(values, "module");
+  o.no_python = switch_on(values, "no-python");
+  o.run_path = switch_on(values, "run-path");
+  check_python_flags(o);
+  if (const Value* v = get("rdzv-conf")) apply_rdzv_conf(*v, o);
+  if (const Value* v = get("rdzv-timeout")) o.join_timeout = seconds(*v);
+  resolve_rendezvous(values, o);
+  if (const Value* v = get("max-restarts")) {
+    o.max_restarts = int_in(*v, 0, 1 << 30, "expected a number >= 0");
+  }
+  if (const Value* v = get("monitor-interval")) o.monitor_interval = seconds(*v);
+  o.term_timeout = seconds(get("term-timeout") != nullptr
+                               ? *get("term-timeout")
+                               : Value{setting_string("TDIST_TERM_TIMEOUT"), "TDIST_TERM_TIMEOUT"});
+  if (const Value* v = get("redirects")) o.redirects = parse_streams(*v);
+  if (const Value* v = get("tee")) o.tee = parse_streams(*v);
+  if (const Value* v = get("log-dir")) o.log_dir = v->text;
+  if (const Value* v = get("local-ranks-filter"); v != nullptr && !v->text.empty()) {
+    o.local_ranks_filter = parse_ranks_filter(*v, o.nproc_per_node);
+  }
+  if (const Value* v = get("role")) {
+    if (v->text.empty()) bad(*v, "expected a non-empty role name");
+    o.role = v->text;
+  }
+  if (const Value* v = get("start-method")) {
+    if (v->text != "spawn" && v->text != "fork" && v->text != "forkserver") {
+      bad(*v, "expected spawn, fork or forkserver");
+    }
+    o.start_method = v->text;
+  }
+  if (const Value* v = get("local-addr")) o.local_addr = v->text;
+  return o;
+}
+
+// Appends `text` word-wrapped to kWidth columns from column `indent`; the current line
+// already holds `column` characters (a label), and text too close to it starts a new line.
+void append_wrapped(std::string& out, std::string_view text, size_t indent, size_t column) {
+  if (column > 0 && column + 2 > indent) {
+    out += '\n';
+    column = 0;
+  }
+  out.append(indent - column, ' ');
+  column = indent;
+  bool first = true;
+  for (std::string_view word : split(text, ' ')) {
+    if (!first && column + 1 + word.size() > kWidth) {
+      out += '\n';
+      out.append(indent, ' ');
+      column = indent;
+    } else if (!first) {
+      out += ' ';
+      ++column;
+    }
+    out += word;
+    column += word.size();
+    first = false;
+  }
+  out += '\n';
+}
+
+bool is_executable_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+// `name` as execvp would find it: a path with '/' as it is, else the first executable
+// PATH entry, made absolute. `what` names it in the error ("program", "python interpreter").
+std::string resolve_executable(const std::string& name, const std::string& what) {
+  if (name.find('/') != std::string::npos) {
+    if (is_executable_file(name)) return name;
+    std::error_code ec;
+    if (!std::filesystem::exists(name, ec)) usage(what + " '" + name + "' not found");
+    usage(what + " '" + name + "' is not an executable file");
+  }
+  std::string path = env_string("PATH");
+  if (path.empty()) path = "/usr/local/bin:/usr/bin:/bin";
+  for (std::string_view dir : split(path, ':')) {
+    std::string candidate = (dir.empty() ? std::string(".") : std::string(dir)) + "/" + name;
+    if (is_executable_file(candidate)) {
+      return std::filesystem::absolute(candidate).lexically_normal().string();
+    }
+  }
+  usage(what + " '" + name + "' not found on PATH");
+}
+
+}  // namespace
+
+Streams StreamSpec::for_rank(int local_rank) const {
+  if (per_rank.empty()) return all;
+  auto it = per_rank.find(local_rank);
+  return it == per_rank.end() ? Streams::kNone : it->second;
+}
+
+ParseResult parse_args(int argc, const char* const* argv) {
+  Scan scanned = scan(argc, argv);
+  ParseResult result;
+  result.action = scanned.action;
+  if (result.action != Action::kRun) return result;
+  add_pet_defaults(scanned.values);
+  if (scanned.program.empty()) usage("missing PROGRAM (see tdistrun --help)");
+  result.options = build(scanned.values);
+  result.options.program = scanned.program.front();
+  result.options.program_args.assign(scanned.program.begin() + 1, scanned.program.end());
+  return result;
+}
+
+std::vector<std::string> worker_command(const Options& options) {
+  check_python_flags(options);
+  if (options.program.empty()) usage("missing PROGRAM (see tdistrun --help)");
+  bool script = options.program.ends_with(".py") && !options.no_python;
+  std::vector<std::string> argv;
+  if (options.module || options.run_path || script) {
+    std::string python = env_string("PYTHON");
+    argv = {resolve_executable(python.empty() ? "python3" : python, "python interpreter"), "-u"};
+    if (options.module) {
+      argv.push_back("-m");
+    } else if (std::error_code ec; !std::filesystem::is_regular_file(options.program, ec)) {
+      usage("program '" + options.program + "' not found");
+    }
+    argv.push_back(options.program);
+  } else {
+    argv.push_back(resolve_executable(options.program, "program"));
+  }
+  argv.insert(argv.end(), options.program_args.begin(), options.program_args.end());
+  return argv;
+}
+
+std::string help_text() {
+  std::string out = "usage: tdistrun [options] PROGRAM [ARGS...]\n\n";
+  auto paragraph = [&](std::string_view text) {
+    append_wrapped(out, text, 0, 0);
+    out += '\n';
+  };
+  paragraph(
+      "Starts --nproc-per-node workers running PROGRAM on this node (with the agents of the "
+      "other nodes, for a multi-node job), watches them, stops all of them when one fails, "
+      "restarts the job while --max-restarts allows, and reports the first failure. A PROGRAM "
+      "ending in .py runs with $PYTHON (default python3); anything else is executed directly, "
+      "looked up on PATH. Everything from PROGRAM on is passed to it unparsed; '--' ends "
+      "tdistrun's options.");
+  paragraph(
+      "A one-node job without --rdzv-endpoint or --master-port behaves like --standalone: its "
+      "store listens on a free port and its --rdzv-id is random, so several jobs on one host "
+      "never collide.");
+  paragraph(
+      "Flags are torchrun's: each may be spelled with underscores (--nproc_per_node), given as "
+      "--flag=value, or defaulted by a PET_<FLAG> environment variable (PET_NPROC_PER_NODE=4); "
+      "the command line wins.");
+  std::string_view group;
+  for (const Flag& f : kFlags) {
+    if (f.group != group) {
+      group = f.group;
+      out += (group == kFlags.front().group ? "" : "\n") + std::string(group) + ":\n";
+    }
+    std::string label = "  ";
+    if (f.short_name != 0) label += std::string("-") + f.short_name + ", ";
+    label += "--" + std::string(f.name);
+    if (!f.metavar.empty()) label += " " + std::string(f.metavar);
+    out += label;
+    append_wrapped(out, f.help, 30, label.size());
+  }
+  out += '\n';
+  paragraph(
+      "Each worker gets torchrun's environment: RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, "
+      "GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, "
+      "MASTER_PORT, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID, "
+      "TORCHELASTIC_ERROR_FILE, and OMP_NUM_THREADS=1 / OPENBLAS_NUM_THREADS=1 when a node runs "
+      "several workers and they are unset; tdist programs also find the launcher's store in "
+      "TDIST_AGENT_STORE. SIGINT, SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 are forwarded to the "
+      "workers. tdistrun exits with the first failed worker's exit code, or 128+signal when "
+      "signalled. tdistrun --help-env lists every setting.");
+  out.pop_back();
+  return out;
+}
+
+std::string help_env_text() {
+  std::string out;
+  append_wrapped(out,
+                 "TDIST_* settings, read from the environment by tdistrun and every tdist "
+                 "program (unset or empty = the default):",
+                 0, 0);
+  out += '\n';
+  size_t name_width = 0;
+  for (const Setting& s : all_settings()) name_width = std::max(name_width, s.name.size());
+  const size_t default_column = 2 + name_width + 2;
+  const size_t description_column = default_column + 12;
+  auto row = [&](std::string_view name, std::string_view value, std::string_view description) {
+    std::string line = "  " + std::string(name);
+    line.append(default_column - line.size(), ' ');
+    line += value;
+    out += line;
+    append_wrapped(out, description, description_column, line.size());
+  };
+  row("NAME", "DEFAULT", "DESCRIPTION");
+  for (const Setting& s : all_settings()) {
+    row(s.name, s.default_value.empty() ? "\"\"" : s.default_value, s.description);
+  }
+  out += "\nOther variables tdist honours:\n";
+  constexpr std::array<std::pair<std::string_view, std::string_view>, 9> kOthers = {{
+      {"PET_<FLAG>", "tdistrun: default of --<flag>, as torchrun (PET_NPROC_PER_NODE=4)"},
+      {"PYTHON", "tdistrun: the interpreter for .py programs and -m; default python3"},
+      {"OMP_NUM_THREADS", "tdistrun: kept when set, else 1 when a node runs several workers"},
+      {"OPENBLAS_NUM_THREADS", "tdistrun: as OMP_NUM_THREADS"},
+      {"MASTER_ADDR, MASTER_PORT", "env://: where the store is (torchrun)"},
+      {"RANK, WORLD_SIZE", "env://: this process's rank and the job's size (torchrun)"},
+      {"TORCHELASTIC_*", "env://: USE_AGENT_STORE, RESTART_COUNT (torchrun's agent store)"},
+      {"OMPI_COMM_WORLD_RANK/SIZE",
+       "env://: rank and size under OpenMPI's mpirun; also "
+       "PMI_RANK/PMI_SIZE under a PMI launcher"},
+      {"SLURM_PROCID, SLURM_NTASKS", "env://: rank and size under Slurm's srun"},
+  }};
+  for (const auto& [name, description] : kOthers) {
+    std::string line = "  " + std::string(name);
+    out += line;
+    append_wrapped(out, description, 30, line.size());
+  }
+  return out;
+}
+
+}  // namespace tdist::launcher
