@@ -3,8 +3,10 @@
 # Usage: bash scripts/setup.sh   (as root, or with sudo available)
 set -euo pipefail
 
+# iproute2: the multi-host launcher tests (network namespaces); python3-torch: the tests that
+# run torch.distributed programs under tdistrun and read torch's error files.
 packages=(build-essential cmake pkg-config clang libgtest-dev libgmock-dev libbenchmark-dev
-          libssl-dev)
+          libssl-dev iproute2 python3-torch)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "net/socket.h"
 #include "tdist/error.h"
 
 namespace tdist::launcher {
@@ -386,8 +387,8 @@ TEST(NodeRendezvous, ExitBarrierEndsOnAFailureElsewhere) {
 }
 
 TEST(NodeRendezvous, HostingFollowsThePort) {
-  Agents list = agents(config(1, 1), 1);
-  NodeRdzvConfig c = config(1, 1);
+  Agents list = agents(config(1, 2), 1);
+  NodeRdzvConfig c = config(1, 2);
   c.port = list[0]->store_port();
   c.hostname = "second";
   NodeRendezvous second(c);  // is_host unset and the port taken: another agent hosts
@@ -396,6 +397,22 @@ TEST(NodeRendezvous, HostingFollowsThePort) {
   c.is_host = true;
   expect_throw_with<Error>([&] { NodeRendezvous third(c); },
                            "port " + std::to_string(c.port) + " on 127.0.0.1 is in use");
+  // A one-node job has no other agent to join: a taken port is someone else's.
+  c.is_host.reset();
+  c.max_nodes = 1;
+  expect_throw_with<Error>([&] { NodeRendezvous fourth(c); },
+                           "port " + std::to_string(c.port) + " on 127.0.0.1 is in use");
+}
+
+TEST(NodeRendezvous, ForeignServerAtTheEndpointIsRefused) {
+  net::Listener foreign = net::listen_tcp("127.0.0.1", 0);  // accepts, never answers
+  NodeRdzvConfig c = config(1, 2);
+  c.port = foreign.port();
+  c.is_host = false;
+  c.join_timeout = 1s;
+  const auto start = std::chrono::steady_clock::now();
+  expect_throw_with<Error>([&] { NodeRendezvous agent(c); }, "does not answer as a tdist store");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
 }
 
 }  // namespace

@@ -34,6 +34,8 @@ inline const std::vector<std::string>& rendezvous_env_vars() {
                                                  "SLURM_PROCID",
                                                  "SLURM_NTASKS",
                                                  "TDIST_USE_AGENT_STORE",
+                                                 "TDIST_AGENT_STORE",
+                                                 "TDIST_AGENT_STORE_PREFIX",
                                                  "TORCHELASTIC_USE_AGENT_STORE",
                                                  "TORCHELASTIC_RESTART_COUNT",
                                                  "TDIST_TIMEOUT"};

@@ -137,6 +137,7 @@ class Agent {
         case Outcome::kDone:
           return 0;
         case Outcome::kRestart:
+          tell_other_failures(round);
           say("restarting the workers (restart " + std::to_string(round.restart_count + 1) +
               " of " + std::to_string(options_.max_restarts) + ")");
           continue;
@@ -286,19 +287,37 @@ class Agent {
     return out;
   }
 
+  // Before a restart, says what ended the round elsewhere: other nodes' failed workers,
+  // and nodes that were lost or left (which the rendezvous records as plain sentences).
+  void tell_other_failures(const Round& round) {
+    const std::vector<std::string> all = rdzv_->failure_records();
+    for (size_t i = records_seen_; i < all.size(); ++i) {
+      try {
+        const FailureRecord r = parse_failure(all[i]);
+        if (r.node_rank == round.node_rank || r.round != round.round) continue;
+        say("worker rank " + std::to_string(r.global_rank) + " on " + r.host + " (node rank " +
+            std::to_string(r.node_rank) + ") failed with " +
+            (r.signal != 0 ? signal_name(r.signal) : "exit code " + std::to_string(r.exit_code)));
+      } catch (const Error&) {
+        say(all[i]);
+      }
+    }
+    records_seen_ = all.size();
+  }
+
+  // The summary is about the attempt that ended the job; earlier rounds' failures were
+  // reported as they happened. The run directory goes unless it holds log files: the
+  // error files' contents are in the summary.
   int give_up(const Round& round) {
-    dir_.keep();
-    // The summary is about the attempt that ended the job; earlier rounds' failures were
-    // reported as they happened.
-    // Lost or departed nodes are recorded by the rendezvous as plain sentences.
     std::vector<FailureRecord> records;
     std::string node_events;
-    for (const std::string& text : rdzv_->failure_records()) {
+    const std::vector<std::string> all = rdzv_->failure_records();
+    for (size_t i = 0; i < all.size(); ++i) {
       try {
-        FailureRecord r = parse_failure(text);
+        FailureRecord r = parse_failure(all[i]);
         if (r.round == round.round) records.push_back(std::move(r));
       } catch (const Error&) {
-        node_events += "  " + text + "\n";
+        if (i >= records_seen_) node_events += "  " + all[i] + "\n";
       }
     }
     std::string summary =
@@ -318,6 +337,7 @@ class Agent {
   Signals& signals_;
   NodeRendezvous* rdzv_ = nullptr;
   std::vector<std::string> error_files_;
+  size_t records_seen_ = 0;  // failure records already told (tell_other_failures)
   int signalled_ = 0;
 };
 

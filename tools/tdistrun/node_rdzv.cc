@@ -194,8 +194,10 @@ NodeRendezvous::NodeRendezvous(NodeRdzvConfig config) : config_(std::move(config
       server_ = TCPStoreServer::start(bind_host, c.port);
     } catch (const Error&) {
       if (!port_taken(bind_host, c.port)) throw;
-      // Unset is_host: another agent of this machine hosts, and this one joins it.
-      TDIST_CHECK(!c.is_host.value_or(false), Error, "port ", c.port, " on ", c.host, " is in use");
+      // Unset is_host: another agent of this machine may host, and this one joins it;
+      // a one-node job has no other agent, so the port is someone else's.
+      TDIST_CHECK(!c.is_host.value_or(c.max_nodes == 1), Error, "port ", c.port, " on ", c.host,
+                  " is in use; choose a free --master-port/--rdzv-endpoint port, or leave it out");
     }
   }
   port_ = server_ ? server_->port() : c.port;
@@ -203,6 +205,7 @@ NodeRendezvous::NodeRendezvous(NodeRdzvConfig config) : config_(std::move(config
               ":0 names no port, which only the node hosting the store may leave open");
   store_ = std::make_shared<TCPStore>(
       c.host, TCPStoreOptions{.port = port_, .connect_timeout = c.join_timeout});
+  if (!server_) probe_store();
   node_addr_ = c.node_addr;
   if (node_addr_.empty()) {
     try {
@@ -211,6 +214,22 @@ NodeRendezvous::NodeRendezvous(NodeRdzvConfig config) : config_(std::move(config
       node_addr_ = "127.0.0.1";
     }
   }
+}
+
+// Whatever listens at the endpoint must answer as a tdist store, and quickly: a foreign
+// server would otherwise hold every store call until its timeout.
+void NodeRendezvous::probe_store() {
+  constexpr std::chrono::milliseconds kProbeTimeout{10000};
+  const std::chrono::milliseconds normal = store_->timeout();
+  store_->set_timeout(std::min(config_.join_timeout, kProbeTimeout));
+  try {
+    store_->add(detail::str_cat("tdistrun/", config_.run_id, "/probe"), 0);
+  } catch (const Error& e) {
+    TDIST_THROW(Error, "the rendezvous endpoint ", config_.host, ":", port_,
+                " does not answer as a tdist store (", e.what(),
+                "); is another program using that port?");
+  }
+  store_->set_timeout(normal);
 }
 
 NodeRendezvous::~NodeRendezvous() {

@@ -164,6 +164,7 @@ class NodeRendezvous {
   };
 
   std::string job_state_key() const;
+  void probe_store();
   std::string round_key(int round, const std::string& name) const;
   std::string key(const std::string& name) const { return round_key(round_.round, name); }
   int close_round(int round, int arrival, Deadline deadline);

@@ -18,90 +18,12 @@
 #include <system_error>
 
 #include "tdist/settings.h"
+#include "tdistrun/option_flags.h"
 
 namespace tdist::launcher {
 namespace {
 
-enum class Kind { kValue, kSwitch, kHelp, kHelpEnv, kVersion };
-
-struct Flag {
-  std::string_view name;  // canonical spelling without "--"; '_' may replace each '-'
-  char short_name;        // 0 when none
-  Kind kind;
-  bool pet;                  // PET_<NAME> sets its default, as in torchrun
-  std::string_view group;    // --help section
-  std::string_view metavar;  // empty for switches
-  std::string_view help;
-};
-
-constexpr std::string_view kWorkers = "Workers";
-constexpr std::string_view kRdzv = "Rendezvous";
-constexpr std::string_view kRun = "Running PROGRAM";
-constexpr std::string_view kOutput = "Output";
-constexpr std::string_view kInfo = "Information";
-
-constexpr auto kFlags = std::to_array<Flag>({
-    {"nproc-per-node", 0, Kind::kValue, true, kWorkers, "N",
-     "workers on this node: a number, or auto or cpu (= online CPU cores); default 1"},
-    {"nnodes", 0, Kind::kValue, true, kWorkers, "N|MIN:MAX",
-     "number of nodes, or the range an elastic job accepts; default 1"},
-    {"node-rank", 0, Kind::kValue, true, kWorkers, "N",
-     "this node's rank (0..nnodes-1); selects the static rendezvous; default: the rendezvous "
-     "assigns node ranks"},
-    {"max-restarts", 0, Kind::kValue, true, kWorkers, "N",
-     "restarts of the whole job (all nodes together, each a fresh rendezvous round) before it "
-     "fails; default 0"},
-    {"monitor-interval", 0, Kind::kValue, true, kWorkers, "SEC",
-     "how often the agent checks its workers; default 0.1"},
-    {"term-timeout", 0, Kind::kValue, false, kWorkers, "SEC",
-     "grace period between forwarding SIGINT/SIGTERM/SIGHUP to the workers and SIGKILL; "
-     "default $TDIST_TERM_TIMEOUT (30)"},
-    {"role", 0, Kind::kValue, true, kWorkers, "NAME", "ROLE_NAME of the workers; default default"},
-    {"standalone", 0, Kind::kSwitch, true, kRdzv, "",
-     "a one-node job with its own store on 127.0.0.1, a free port and a random --rdzv-id; "
-     "--rdzv-backend, --rdzv-endpoint and --rdzv-id are then ignored"},
-    {"rdzv-backend", 0, Kind::kValue, true, kRdzv, "NAME",
-     "c10d (node agents meet at the store at --rdzv-endpoint, hosted by the agent whose "
-     "address it is) or static (fixed --node-rank); default c10d, static with --node-rank"},
-    {"rdzv-endpoint", 0, Kind::kValue, true, kRdzv, "HOST[:PORT]",
-     "where the node agents meet; IPv6 in brackets ([::1]:29400); default port 29400"},
-    {"rdzv-id", 0, Kind::kValue, true, kRdzv, "ID",
-     "job id, the same on every node; default none (random for a one-node job)"},
-    {"rdzv-conf", 0, Kind::kValue, true, kRdzv, "K=V,...",
-     "join_timeout, last_call_timeout, close_timeout (seconds) and is_host (true/false)"},
-    {"rdzv-timeout", 0, Kind::kValue, false, kRdzv, "SEC",
-     "how long to wait for MIN nodes to join (rdzv-conf join_timeout); default 900"},
-    {"master-addr", 0, Kind::kValue, true, kRdzv, "HOST",
-     "where the agents meet without --rdzv-endpoint; default 127.0.0.1"},
-    {"master-port", 0, Kind::kValue, true, kRdzv, "PORT",
-     "port at --master-addr; default 29500, a free port for a one-node job"},
-    {"local-addr", 0, Kind::kValue, true, kRdzv, "HOST",
-     "this node's address as the other nodes should reach it; default: looked up"},
-    {"module", 'm', Kind::kSwitch, true, kRun, "",
-     "run PROGRAM as a Python module, as 'python -u -m PROGRAM ARGS'"},
-    {"no-python", 0, Kind::kSwitch, true, kRun, "",
-     "execute PROGRAM directly even when it ends in .py"},
-    {"run-path", 0, Kind::kSwitch, true, kRun, "",
-     "run PROGRAM with the Python interpreter whatever its name; wins over --no-python"},
-    {"start-method", 0, Kind::kValue, true, kRun, "METHOD",
-     "spawn, fork or forkserver: accepted for torchrun's sake; workers are always fork+exec'd"},
-    {"log-dir", 0, Kind::kValue, true, kOutput, "DIR",
-     "keep the per-worker files (logs, error files) under DIR/<rdzv-id>/; default: a temporary "
-     "directory, removed when the job succeeds"},
-    {"redirects", 'r', Kind::kValue, true, kOutput, "SPEC",
-     "send worker streams to files only: 0 none, 1 stdout, 2 stderr, 3 both, for every local "
-     "rank, or per local rank as 0:1,1:2 (others: none); default 0"},
-    {"tee", 't', Kind::kValue, true, kOutput, "SPEC",
-     "like --redirects, but the lines also reach the console, prefixed [host:rank N]:"},
-    {"local-ranks-filter", 0, Kind::kValue, true, kOutput, "R,...",
-     "show only these local ranks' output on the console (files still get everything)"},
-    {"help", 'h', Kind::kHelp, false, kInfo, "", "this text"},
-    {"help-env", 0, Kind::kHelpEnv, false, kInfo, "",
-     "every TDIST_* setting with its default, and the other variables tdist reads"},
-    {"version", 0, Kind::kVersion, false, kInfo, "", "tdistrun's version"},
-});
-
-constexpr size_t kWidth = 100;
+using namespace flags;
 
 // A flag's value and where it came from ("--nnodes" as typed, or "PET_NNODES").
 struct Value {
@@ -500,32 +422,6 @@ Options build(const Values& values) {
   return o;
 }
 
-// Appends `text` word-wrapped to kWidth columns from column `indent`; the current line
-// already holds `column` characters (a label), and text too close to it starts a new line.
-void append_wrapped(std::string& out, std::string_view text, size_t indent, size_t column) {
-  if (column > 0 && column + 2 > indent) {
-    out += '\n';
-    column = 0;
-  }
-  out.append(indent - column, ' ');
-  column = indent;
-  bool first = true;
-  for (std::string_view word : split(text, ' ')) {
-    if (!first && column + 1 + word.size() > kWidth) {
-      out += '\n';
-      out.append(indent, ' ');
-      column = indent;
-    } else if (!first) {
-      out += ' ';
-      ++column;
-    }
-    out += word;
-    column += word.size();
-    first = false;
-  }
-  out += '\n';
-}
-
 bool is_executable_file(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
@@ -591,98 +487,6 @@ std::vector<std::string> worker_command(const Options& options) {
   }
   argv.insert(argv.end(), options.program_args.begin(), options.program_args.end());
   return argv;
-}
-
-std::string help_text() {
-  std::string out = "usage: tdistrun [options] PROGRAM [ARGS...]\n\n";
-  auto paragraph = [&](std::string_view text) {
-    append_wrapped(out, text, 0, 0);
-    out += '\n';
-  };
-  paragraph(
-      "Starts --nproc-per-node workers running PROGRAM on this node (with the agents of the "
-      "other nodes, for a multi-node job), watches them, stops all of them when one fails, "
-      "restarts the job while --max-restarts allows, and reports the first failure. A PROGRAM "
-      "ending in .py runs with $PYTHON (default python3); anything else is executed directly, "
-      "looked up on PATH. Everything from PROGRAM on is passed to it unparsed; '--' ends "
-      "tdistrun's options.");
-  paragraph(
-      "A one-node job without --rdzv-endpoint or --master-port behaves like --standalone: its "
-      "store listens on a free port and its --rdzv-id is random, so several jobs on one host "
-      "never collide.");
-  paragraph(
-      "Flags are torchrun's: each may be spelled with underscores (--nproc_per_node), given as "
-      "--flag=value, or defaulted by a PET_<FLAG> environment variable (PET_NPROC_PER_NODE=4); "
-      "the command line wins.");
-  std::string_view group;
-  for (const Flag& f : kFlags) {
-    if (f.group != group) {
-      group = f.group;
-      out += (group == kFlags.front().group ? "" : "\n") + std::string(group) + ":\n";
-    }
-    std::string label = "  ";
-    if (f.short_name != 0) label += std::string("-") + f.short_name + ", ";
-    label += "--" + std::string(f.name);
-    if (!f.metavar.empty()) label += " " + std::string(f.metavar);
-    out += label;
-    append_wrapped(out, f.help, 30, label.size());
-  }
-  out += '\n';
-  paragraph(
-      "Each worker gets torchrun's environment: RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, "
-      "GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, "
-      "MASTER_PORT, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID, "
-      "TORCHELASTIC_ERROR_FILE, and OMP_NUM_THREADS=1 / OPENBLAS_NUM_THREADS=1 when a node runs "
-      "several workers and they are unset; tdist programs also find the launcher's store in "
-      "TDIST_AGENT_STORE. SIGINT, SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 are forwarded to the "
-      "workers. tdistrun exits with the first failed worker's exit code, or 128+signal when "
-      "signalled. tdistrun --help-env lists every setting.");
-  out.pop_back();
-  return out;
-}
-
-std::string help_env_text() {
-  std::string out;
-  append_wrapped(out,
-                 "TDIST_* settings, read from the environment by tdistrun and every tdist "
-                 "program (unset or empty = the default):",
-                 0, 0);
-  out += '\n';
-  size_t name_width = 0;
-  for (const Setting& s : all_settings()) name_width = std::max(name_width, s.name.size());
-  const size_t default_column = 2 + name_width + 2;
-  const size_t description_column = default_column + 12;
-  auto row = [&](std::string_view name, std::string_view value, std::string_view description) {
-    std::string line = "  " + std::string(name);
-    line.append(default_column - line.size(), ' ');
-    line += value;
-    out += line;
-    append_wrapped(out, description, description_column, line.size());
-  };
-  row("NAME", "DEFAULT", "DESCRIPTION");
-  for (const Setting& s : all_settings()) {
-    row(s.name, s.default_value.empty() ? "\"\"" : s.default_value, s.description);
-  }
-  out += "\nOther variables tdist honours:\n";
-  constexpr std::array<std::pair<std::string_view, std::string_view>, 9> kOthers = {{
-      {"PET_<FLAG>", "tdistrun: default of --<flag>, as torchrun (PET_NPROC_PER_NODE=4)"},
-      {"PYTHON", "tdistrun: the interpreter for .py programs and -m; default python3"},
-      {"OMP_NUM_THREADS", "tdistrun: kept when set, else 1 when a node runs several workers"},
-      {"OPENBLAS_NUM_THREADS", "tdistrun: as OMP_NUM_THREADS"},
-      {"MASTER_ADDR, MASTER_PORT", "env://: where the store is (torchrun)"},
-      {"RANK, WORLD_SIZE", "env://: this process's rank and the job's size (torchrun)"},
-      {"TORCHELASTIC_*", "env://: USE_AGENT_STORE, RESTART_COUNT (torchrun's agent store)"},
-      {"OMPI_COMM_WORLD_RANK/SIZE",
-       "env://: rank and size under OpenMPI's mpirun; also "
-       "PMI_RANK/PMI_SIZE under a PMI launcher"},
-      {"SLURM_PROCID, SLURM_NTASKS", "env://: rank and size under Slurm's srun"},
-  }};
-  for (const auto& [name, description] : kOthers) {
-    std::string line = "  " + std::string(name);
-    out += line;
-    append_wrapped(out, description, 30, line.size());
-  }
-  return out;
 }
 
 }  // namespace tdist::launcher
