@@ -215,6 +215,9 @@ WorkerGroup::Event WorkerGroup::wait(Clock::time_point until) {
 
 void WorkerGroup::stop(int sig, std::chrono::milliseconds grace) {
   if (stopped_) return;
+  // Workers that already died on their own (say, several at the same moment) are
+  // failures, not casualties of this stop.
+  reap(/*block=*/false);
   stopping_ = true;
   signal_groups(sig);
   const Clock::time_point now = Clock::now();
