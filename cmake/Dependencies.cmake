@@ -12,6 +12,14 @@ find_package(Torch QUIET)
 set(TDIST_HAVE_CRYPTO ${OpenSSL_FOUND})
 set(TDIST_HAVE_MPI ${MPI_C_FOUND})
 set(TDIST_HAVE_TORCH ${Torch_FOUND})
+# LibTorch 1.13's headers do not compile as C++20 with clang < 15 (incomplete c10::IValue
+# in <torch/types.h>); such builds leave the torch part out and say so.
+set(TDIST_TORCH_HINT "apt-get install libtorch-dev")
+if(Torch_FOUND AND CMAKE_CXX_COMPILER_ID STREQUAL "Clang"
+   AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 15)
+  set(TDIST_HAVE_TORCH FALSE)
+  set(TDIST_TORCH_HINT "LibTorch's headers need g++ or clang >= 15 in C++20")
+endif()
 
 function(tdist_report name found hint)
   if(found)
@@ -24,4 +32,4 @@ tdist_report("tests (GoogleTest)" "${GTest_FOUND}" "apt-get install libgtest-dev
 tdist_report("micro-benchmarks (Google Benchmark)" "${benchmark_FOUND}" "apt-get install libbenchmark-dev")
 tdist_report("libcrypto (store authentication, a later issue)" "${TDIST_HAVE_CRYPTO}" "apt-get install libssl-dev")
 tdist_report("OpenMPI (mpi backend, a later issue)" "${TDIST_HAVE_MPI}" "apt-get install libopenmpi-dev")
-tdist_report("LibTorch (torch integration, a later issue)" "${TDIST_HAVE_TORCH}" "apt-get install libtorch-dev")
+tdist_report("LibTorch (tdist_torch: tensor collectives, DDP, sampler)" "${TDIST_HAVE_TORCH}" "${TDIST_TORCH_HINT}")

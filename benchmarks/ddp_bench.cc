@@ -1,0 +1,195 @@
+// ddp_bench: step time, samples/s and peak RSS of training with tdist's
+// DistributedDataParallel, on the models PyTorch's anchors time and set up as they do
+// (../shared/anchors/torch_ddp_mlp.py and torch_ddp.py): one fixed random batch per rank,
+// cross-entropy, SGD lr 0.01, 3 warm-up steps, then `steps` timed ones.
+//
+//   ddp_bench --model mlp|cnn|fashion [--steps N] [--batch N] [--bucket-view | --manual]
+//   tdistrun --standalone --nproc-per-node 2 ddp_bench --model mlp
+//
+// Models: mlp = 784-2048-2048-10 (5.8M parameters, 23 MB of gradients), cnn = the classic
+// MNIST example network of torch_ddp.py (1.2M parameters), fashion = train_fashion_mnist's
+// FashionNet. Default batch per rank: 32 for mlp, 64 otherwise.
+// Alone (no WORLD_SIZE) it trains the plain module with no DDP and no process group, as
+// the anchors do for world 1; under a launcher every rank wraps it in DDP (tcp backend;
+// --bucket-view sets gradient_as_bucket_view), or with --manual trains the plain module
+// and all_reduces each gradient in place after backward: no buckets, no overlap, no
+// copies, the memory baseline DDP's overhead is measured against. Rank 0 prints one line:
+//   tdist-ddp model=mlp world=2 batch_per_rank=32 step_ms=12.3 samples_per_s=5203 peak_rss_mb=412
+// where peak_rss_mb is the largest ru_maxrss (getrusage) over the ranks. Exit status 2 on
+// bad flags, 1 on errors.
+#include <sys/resource.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "fashion_mnist_net.h"
+#include "tdist/distributed.h"
+#include "tdist/torch/collectives.h"
+#include "tdist/torch/ddp.h"
+
+namespace {
+
+constexpr int kWarmupSteps = 3;
+
+// torch_ddp.py's Net, layer for layer.
+class AnchorNet : public torch::nn::Module {
+ public:
+  AnchorNet()
+      : conv1_(register_module("conv1", torch::nn::Conv2d(1, 32, 3))),
+        conv2_(register_module("conv2", torch::nn::Conv2d(32, 64, 3))),
+        fc1_(register_module("fc1", torch::nn::Linear(9216, 128))),
+        fc2_(register_module("fc2", torch::nn::Linear(128, 10))) {}
+
+  torch::Tensor forward(torch::Tensor x) {
+    x = torch::relu(conv1_->forward(x));
+    x = torch::max_pool2d(torch::relu(conv2_->forward(x)), 2);
+    return fc2_->forward(torch::relu(fc1_->forward(torch::flatten(x, 1))));
+  }
+
+ private:
+  torch::nn::Conv2d conv1_;
+  torch::nn::Conv2d conv2_;
+  torch::nn::Linear fc1_;
+  torch::nn::Linear fc2_;
+};
+
+struct Flags {
+  std::string model;
+  int64_t steps = 20;
+  int64_t batch = 0;  // 0: the model's default
+  bool bucket_view = false;
+  bool manual = false;
+};
+
+bool parse_flags(int argc, char** argv, Flags& f) {
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    if (flag == "--bucket-view") {
+      f.bucket_view = true;
+    } else if (flag == "--manual") {
+      f.manual = true;
+    } else if (i + 1 < argc && flag == "--model") {
+      f.model = argv[++i];
+    } else if (i + 1 < argc && flag == "--steps") {
+      f.steps = std::atoll(argv[++i]);
+    } else if (i + 1 < argc && flag == "--batch") {
+      f.batch = std::atoll(argv[++i]);
+    } else {
+      return false;
+    }
+  }
+  if (f.batch == 0) f.batch = f.model == "mlp" ? 32 : 64;
+  return (f.model == "mlp" || f.model == "cnn" || f.model == "fashion") && f.steps > 0 &&
+         f.batch > 0 && !(f.bucket_view && f.manual);
+}
+
+// Seconds per step of `steps` timed steps: `forward` maps the batch to logits,
+// `after_backward` runs between backward and the optimizer step.
+template <typename Forward, typename AfterBackward>
+double time_steps(torch::nn::Module& module, Forward&& forward, AfterBackward&& after_backward,
+                  const Flags& flags) {
+  torch::manual_seed(0);
+  torch::Tensor x = torch::randn({flags.batch, 1, 28, 28});
+  torch::Tensor y = torch::randint(0, 10, {flags.batch}, torch::kLong);
+  torch::optim::SGD optimizer(module.parameters(), 0.01);
+  std::chrono::steady_clock::time_point start;
+  for (int64_t i = 0; i < flags.steps + kWarmupSteps; ++i) {
+    if (i == kWarmupSteps) start = std::chrono::steady_clock::now();
+    optimizer.zero_grad();
+    torch::nn::functional::cross_entropy(forward(x), y).backward();
+    after_backward();
+    optimizer.step();
+  }
+  std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+  return elapsed.count() / static_cast<double>(flags.steps);
+}
+
+// Times `model` plain (world 1), with manual all_reduce or under DDP; returns seconds
+// per step.
+template <typename Handle>
+double run(Handle model, const Flags& flags, int world) {
+  auto plain = [&](const torch::Tensor& x) { return model->forward(x); };
+  auto nothing = [] {};
+  if (world == 1) return time_steps(*model, plain, nothing, flags);
+  if (flags.manual) {
+    auto reduce_grads = [&] {
+      for (const torch::Tensor& p : model->parameters()) {
+        tdist::torch::all_reduce(p.grad(), tdist::ReduceOpKind::kAvg);
+      }
+    };
+    return time_steps(*model, plain, reduce_grads, flags);
+  }
+  tdist::torch::DDPOptions options;
+  options.gradient_as_bucket_view = flags.bucket_view;
+  tdist::torch::DistributedDataParallel ddp(model, options);
+  auto wrapped = [&](const torch::Tensor& x) { return ddp.forward(x); };
+  return time_steps(*model, wrapped, nothing, flags);
+}
+
+double seconds_per_step(const Flags& flags, int world) {
+  torch::manual_seed(0);
+  if (flags.model == "mlp") {
+    namespace nn = torch::nn;
+    return run(nn::Sequential(nn::Flatten(), nn::Linear(784, 2048), nn::ReLU(),
+                              nn::Linear(2048, 2048), nn::ReLU(), nn::Linear(2048, 10)),
+               flags, world);
+  }
+  if (flags.model == "cnn") return run(std::make_shared<AnchorNet>(), flags, world);
+  return run(std::make_shared<fashion_mnist::FashionNet>(), flags, world);
+}
+
+int64_t peak_rss_kib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss;
+}
+
+int bench(const Flags& flags) {
+  torch::set_num_threads(1);
+  int world = 1;
+  int rank = 0;
+  if (std::getenv("WORLD_SIZE") != nullptr) {
+    tdist::init_process_group("tcp");
+    world = tdist::get_world_size();
+    rank = tdist::get_rank();
+  }
+  double step_s = seconds_per_step(flags, world);
+  torch::Tensor rss = torch::tensor({peak_rss_kib()});
+  if (world > 1) {
+    tdist::torch::all_reduce(rss, tdist::ReduceOpKind::kMax);
+    tdist::destroy_process_group();
+  }
+  if (rank == 0) {
+    std::printf(
+        "tdist-ddp model=%s world=%d batch_per_rank=%lld step_ms=%.1f samples_per_s=%.0f "
+        "peak_rss_mb=%.0f\n",
+        flags.model.c_str(), world, static_cast<long long>(flags.batch), step_s * 1e3,
+        static_cast<double>(world * flags.batch) / step_s,
+        static_cast<double>(rss.item<int64_t>()) / 1024.0);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags flags;
+  if (!parse_flags(argc, argv, flags)) {
+    std::fputs("usage: ddp_bench --model mlp|cnn|fashion [--steps N] [--batch N] [--bucket-view]\n",
+               stderr);
+    return 2;
+  }
+  try {
+    return bench(flags);
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "ddp_bench: %s\n", e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ddp_bench: %s\n", e.what());
+  }
+  return 1;
+}

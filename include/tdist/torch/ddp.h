@@ -1,0 +1,224 @@
+// DistributedDataParallel for LibTorch modules: data-parallel training where every rank
+// holds a replica of the model and backward leaves the gradients averaged over ranks.
+//
+//   tdist::init_process_group("tcp");
+//   auto net = std::make_shared<Net>();               // or a ModuleHolder (nn::Sequential)
+//   tdist::torch::DistributedDataParallel ddp(net);   // broadcasts rank 0's parameters
+//   ::torch::optim::SGD opt(ddp.module()->parameters(), 0.1);
+//   for (auto& batch : *loader) {
+//     opt.zero_grad();
+//     auto loss = ::torch::nll_loss(ddp.forward(batch.data), batch.target);
+//     loss.backward();                                 // grads are averaged when it returns
+//     opt.step();
+//   }
+//
+// Construction (collective: every rank constructs its DDP in the same order) checks that
+// every rank has the same parameter and buffer shapes and dtypes (InvalidArgument listing
+// the first differences by name, raised on every rank), then copies rank 0's parameters
+// and buffers to all ranks.
+//
+// forward(args...) calls module->forward(args...). It first copies rank 0's buffers to the
+// other ranks (broadcast_buffers; so forward is collective: call it on every rank, and use
+// module() directly for work only some ranks do), and when grad mode is on it arms the
+// reduction of the following backward pass:
+//  - Parameters (those with requires_grad) are grouped into buckets of one dtype: in
+//    reverse order of parameters(), the first closed at first_bucket_mb, later ones at
+//    bucket_cap_mb (a bucket closes once it reaches the limit). After the first
+//    iteration the buckets are rebuilt once, in the order gradients actually became
+//    ready on rank 0 (not with find_unused_parameters unless static_graph).
+//  - Backward hooks copy each gradient into its bucket (with gradient_as_bucket_view the
+//    parameter's grad IS its slice of the bucket: no copies) and start the bucket's
+//    all_reduce (or comm hook) as soon as the bucket is full, while backward goes on.
+//  - The end of backward waits for every bucket and writes the averaged gradients into
+//    param.grad(); optimizer.step() needs nothing more.
+//  - Each synchronized pass also all_reduces a small control vector: every rank's count
+//    of backward passes through this DDP (synchronized and under no_sync) and, when
+//    unused parameters are searched, which parameters each rank used.
+// With find_unused_parameters, forward's output is searched (Tensor, std::vector, std::tuple
+// and std::pair, nested) and the autograd graph from it is walked to find parameters that
+// will get no gradient; they count as ready with zero gradient. A parameter no rank used
+// keeps its grad untouched. static_graph does the search in the first iteration only and
+// reuses its answer.
+//
+// no_sync() returns a guard: forwards while it lives arm no reduction, and their backward
+// passes accumulate gradients locally. The next synchronized backward reduces the sum.
+//
+// Errors (all raised by the call named, on the rank that detects them):
+//  - a parameter that gets no gradient in a synchronized pass without find_unused_parameters:
+//    Error at the END OF THAT BACKWARD (from loss.backward()), naming the parameters by
+//    their full path ("fc2.weight");
+//  - a parameter that gets a gradient twice in one pass (a second backward before the first
+//    finished: reentrant or concurrent): Error from that backward, naming it;
+//  - ranks that ran different numbers of backward passes: when they meet in a synchronized
+//    pass, DesyncError from backward on every rank ("ranks ran different numbers of
+//    backward passes", with the counts). A rank whose peers stopped earlier finds nobody
+//    to reduce with: it logs a warning each minute it waits, and the group's timeout,
+//    PeerError or DesyncError then ends that backward (or forward, whose buffer broadcast
+//    and bucket rebuild are collectives too) with that explanation added;
+//  - forward after a backward that failed midway: Error (the next forward works again);
+//  - non-CPU, sparse or complex parameters: InvalidArgument at construction.
+//
+// Thread-safety: one thread at a time may call forward, no_sync and register_comm_hook;
+// backward may run on any thread. The DDP must outlive the backward passes of its
+// forwards, and must be destroyed on every rank (destruction waits for communication it
+// started).
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "tdist/error.h"
+#include "tdist/process_group.h"
+#include "tdist/torch/comm_hooks.h"
+
+namespace tdist::torch {
+
+class Reducer;
+
+struct DDPOptions {
+  double bucket_cap_mb = 25;   // MiB, as PyTorch
+  double first_bucket_mb = 1;  // MiB; small, so that communication starts early
+  bool broadcast_buffers = true;
+  bool find_unused_parameters = false;
+  // Gradients are slices of the buckets: no copy into the buckets and back, and no
+  // second copy of the gradients in memory (the fastest; off by default, as in PyTorch).
+  bool gradient_as_bucket_view = false;
+  bool static_graph = false;
+  std::shared_ptr<ProcessGroup> process_group;  // nullptr: tdist::get_default_group()
+};
+
+// The part of DistributedDataParallel that does not depend on the module type.
+class DistributedDataParallelBase {
+ public:
+  DistributedDataParallelBase(const DistributedDataParallelBase&) = delete;
+  DistributedDataParallelBase& operator=(const DistributedDataParallelBase&) = delete;
+
+  // While it lives, forwards arm no gradient reduction (gradient accumulation).
+  class [[nodiscard]] NoSyncGuard {
+   public:
+    ~NoSyncGuard();
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    friend class DistributedDataParallelBase;
+    explicit NoSyncGuard(DistributedDataParallelBase& owner);
+    DistributedDataParallelBase& owner_;
+    bool previous_;
+  };
+  NoSyncGuard no_sync() { return NoSyncGuard(*this); }
+
+  // Replaces the default all_reduce with `hook`. Only before the first synchronized
+  // backward pass, and once (Error otherwise).
+  void register_comm_hook(std::shared_ptr<CommHook> hook);
+
+  // Read-only view of the buckets, in launch order: the parameter names of each.
+  std::vector<std::vector<std::string>> bucket_assignment() const;
+  // True once the buckets were rebuilt from the observed gradient order.
+  bool buckets_rebuilt() const;
+
+  const std::shared_ptr<ProcessGroup>& process_group() const { return group_; }
+  const DDPOptions& options() const { return options_; }
+
+ protected:
+  // Collective (see the file comment). Keeps references to the module's tensors.
+  DistributedDataParallelBase(::torch::nn::Module& module, DDPOptions options);
+  ~DistributedDataParallelBase();
+
+  // Around the wrapped forward: pre_forward syncs buffers and rebuilds buckets when due;
+  // post_forward arms the following backward. wants_outputs() says whether post_forward
+  // needs forward's output tensors (to search for unused parameters).
+  void pre_forward();
+  bool wants_outputs() const;
+  void post_forward(const std::vector<::torch::Tensor>& outputs);
+
+ private:
+  DDPOptions options_;
+  std::shared_ptr<ProcessGroup> group_;
+  std::vector<::torch::Tensor> buffers_;
+  std::unique_ptr<Reducer> reducer_;
+  bool require_sync_ = true;
+};
+
+namespace detail {
+
+// The tensors in a forward output, for the unused-parameter search. Other types hold
+// none that DDP can find.
+inline void collect_tensors(const ::torch::Tensor& t, std::vector<::torch::Tensor>& out);
+template <typename T>
+void collect_tensors(const std::vector<T>& v, std::vector<::torch::Tensor>& out);
+template <typename A, typename B>
+void collect_tensors(const std::pair<A, B>& p, std::vector<::torch::Tensor>& out);
+template <typename... T>
+void collect_tensors(const std::tuple<T...>& t, std::vector<::torch::Tensor>& out);
+template <typename T>
+void collect_tensors(const T&, std::vector<::torch::Tensor>&) {}
+
+inline void collect_tensors(const ::torch::Tensor& t, std::vector<::torch::Tensor>& out) {
+  if (t.defined()) out.push_back(t);
+}
+template <typename T>
+void collect_tensors(const std::vector<T>& v, std::vector<::torch::Tensor>& out) {
+  for (const T& x : v) collect_tensors(x, out);
+}
+template <typename A, typename B>
+void collect_tensors(const std::pair<A, B>& p, std::vector<::torch::Tensor>& out) {
+  collect_tensors(p.first, out);
+  collect_tensors(p.second, out);
+}
+template <typename... T>
+void collect_tensors(const std::tuple<T...>& t, std::vector<::torch::Tensor>& out) {
+  std::apply([&out](const auto&... x) { (collect_tensors(x, out), ...); }, t);
+}
+
+// The module a handle (std::shared_ptr<M> or a torch::nn::ModuleHolder) points to.
+template <typename Handle>
+::torch::nn::Module& module_of(Handle& handle) {
+  if constexpr (requires { handle.is_empty(); }) {
+    TDIST_CHECK(!handle.is_empty(), InvalidArgument, "DistributedDataParallel: empty module");
+  } else {
+    TDIST_CHECK(handle != nullptr, InvalidArgument, "DistributedDataParallel: null module");
+  }
+  return *handle;
+}
+
+}  // namespace detail
+
+// ModuleHandle: std::shared_ptr<M> for a torch::nn::Module subclass M, or a ModuleHolder
+// such as torch::nn::Sequential; deduced from the constructor argument.
+template <typename ModuleHandle>
+class DistributedDataParallel : public DistributedDataParallelBase {
+ public:
+  explicit DistributedDataParallel(ModuleHandle module, DDPOptions options = {})
+      : DistributedDataParallelBase(detail::module_of(module), std::move(options)),
+        module_(std::move(module)) {}
+
+  // module->forward(args...), with the synchronization described above.
+  template <typename... Args>
+  auto forward(Args&&... args) {
+    pre_forward();
+    auto output = module_->forward(std::forward<Args>(args)...);
+    std::vector<::torch::Tensor> tensors;
+    if (wants_outputs()) detail::collect_tensors(output, tensors);
+    post_forward(tensors);
+    return output;
+  }
+  template <typename... Args>
+  auto operator()(Args&&... args) {
+    return forward(std::forward<Args>(args)...);
+  }
+
+  const ModuleHandle& module() const { return module_; }
+
+ private:
+  ModuleHandle module_;
+};
+
+}  // namespace tdist::torch

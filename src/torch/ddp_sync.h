@@ -1,0 +1,36 @@
+// Collective helpers of DistributedDataParallel's construction and forward (internal):
+// checking that every rank has the same tensor shapes, copying root's tensors to all
+// ranks in a few large broadcasts, and explaining communication errors. The first two are
+// collective over the group and block until done; communication failures propagate
+// (PeerError, TimeoutError, DesyncError). Thread-safety: as the group's collectives.
+#pragma once
+
+#include <torch/types.h>
+
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "tdist/process_group.h"
+
+namespace tdist::torch {
+
+struct NamedTensor {
+  std::string name;  // full module path, e.g. "fc2.weight"
+  ::torch::Tensor tensor;
+};
+
+// Compares every rank's list of (dtype, shape) with rank 0's. On any difference every rank
+// throws InvalidArgument listing the first few, by the names of this rank's `tensors`.
+void verify_same_shapes(ProcessGroup& group, const std::vector<NamedTensor>& tensors);
+
+// Copies root's values of `tensors` (CPU, dense) into the other ranks' tensors, packing
+// tensors of one dtype into flat buffers of at most a few tens of MB per broadcast.
+void broadcast_coalesced(ProcessGroup& group, const std::vector<::torch::Tensor>& tensors,
+                         int root);
+
+// Rethrows `error` as the same tdist type (Error and its subclasses) with `context` in
+// front of its message; other exceptions unchanged.
+[[noreturn]] void rethrow_with_context(std::exception_ptr error, const std::string& context);
+
+}  // namespace tdist::torch

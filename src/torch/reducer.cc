@@ -1,0 +1,324 @@
+#include "reducer.h"
+
+// Internal LibTorch headers, unavoidable: the public C++ API has no hook that runs after a
+// parameter's gradient was accumulated (impl::grad_accumulator + Node::add_post_hook, in
+// torch/csrc/autograd/variable.h and function.h) and no way to run code when a backward
+// pass ends (Engine::queue_callback, torch/csrc/autograd/engine.h). PyTorch's own Reducer
+// uses the same three; they exist unchanged in LibTorch 2.x.
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <chrono>
+#include <exception>
+#include <utility>
+
+#include "tdist/error.h"
+#include "tdist/logging.h"
+#include "tdist/torch/types.h"
+
+namespace tdist::torch {
+namespace {
+
+constexpr auto kWaitWarningInterval = std::chrono::seconds(60);
+
+// Waits for `work`, logging a warning for each interval it takes: a rank whose peers
+// stopped running backward passes waits here until the group's timeout.
+void wait_with_warnings(Work& work, const ProcessGroup& group, uint64_t pass) {
+  const auto start = Clock::now();
+  for (;;) {
+    try {
+      work.wait(Deadline::after(kWaitWarningInterval));
+      return;
+    } catch (const TimeoutError&) {
+      if (work.is_completed()) throw;  // the operation's own timeout, not this wait's
+    }
+    TDIST_LOG(kWarn)
+        << "DDP: rank " << group.rank() << " has waited "
+        << std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - start).count()
+        << " s for the other ranks to join synchronized backward pass " << pass
+        << "; if the ranks ran different numbers of backward passes, it waits "
+           "until the group's timeout ("
+        << std::chrono::duration_cast<std::chrono::seconds>(group.timeout()).count() << " s)";
+  }
+}
+
+std::string message_of(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+}  // namespace
+
+// Runs after AccumulateGrad stored a parameter's gradient (a post hook on its node).
+class Reducer::GradHook final : public ::torch::autograd::FunctionPostHook {
+ public:
+  GradHook(Reducer& reducer, size_t index) : reducer_(reducer), index_(index) {}
+  ::torch::autograd::variable_list operator()(
+      const ::torch::autograd::variable_list& outputs,
+      const ::torch::autograd::variable_list& /*inputs*/) override {
+    reducer_.autograd_hook(index_);
+    return outputs;
+  }
+
+ private:
+  Reducer& reducer_;
+  const size_t index_;
+};
+
+Reducer::Reducer(std::vector<NamedTensor> params, std::shared_ptr<ProcessGroup> group,
+                 const DDPOptions& options)
+    : group_(std::move(group)),
+      options_(options),
+      handle_unused_(options.find_unused_parameters || options.static_graph),
+      hook_(allreduce_hook()) {
+  params_.reserve(params.size());
+  for (NamedTensor& p : params) {
+    Param param;
+    param.name = std::move(p.name);
+    param.tensor = std::move(p.tensor);
+    // The parameter only holds its accumulator weakly: keep it, and with it the hook.
+    param.grad_accumulator = ::torch::autograd::impl::grad_accumulator(param.tensor);
+    params_.push_back(std::move(param));
+  }
+  ready_.assign(params_.size(), 0);
+  std::vector<size_t> reversed(params_.size());
+  for (size_t i = 0; i < reversed.size(); ++i) reversed[i] = reversed.size() - 1 - i;
+  build_buckets(reversed);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    params_[i].hook_key =
+        params_[i].grad_accumulator->add_post_hook(std::make_unique<GradHook>(*this, i));
+  }
+}
+
+Reducer::~Reducer() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (phase_ == Phase::kReducing) {
+    // Launched collectives write into the buckets: they must end before the buckets go.
+    if (std::exception_ptr error = wait_for_launched()) {
+      TDIST_LOG(kWarn) << "DDP: an unfinished backward pass failed: " << message_of(error);
+    }
+  }
+  for (Param& p : params_) p.grad_accumulator->del_post_hook(p.hook_key);
+}
+
+void Reducer::prepare_for_forward() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (phase_ == Phase::kReducing) {
+    std::exception_ptr error = wait_for_launched();
+    phase_ = Phase::kIdle;
+    TDIST_THROW(Error, "DDP: synchronized backward pass ", synced_passes_,
+                " did not finish: it failed before every gradient was reduced, so this rank's "
+                "gradients are not averaged",
+                error != nullptr ? " (communication: " + message_of(error) + ")" : "",
+                ". The next forward starts a new iteration");
+  }
+  if (rebuild_due_) rebuild_buckets();
+}
+
+void Reducer::prepare_for_backward(const std::vector<::torch::Tensor>& outputs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (handle_unused_ && !(options_.static_graph && unused_known_)) {
+    TDIST_CHECK(!outputs.empty(), InvalidArgument,
+                "DDP: find_unused_parameters and static_graph need the tensors of forward's "
+                "output, and DDP found none in it (it looks into Tensor, std::vector, "
+                "std::tuple and std::pair)");
+    unused_ = search_unused(outputs);
+    unused_known_ = true;
+  }
+  std::fill(ready_.begin(), ready_.end(), 0);
+  for (Bucket& b : buckets_) {
+    b.pending = b.params.size();
+    b.work.reset();
+  }
+  next_bucket_ = 0;
+  control_work_.reset();
+  phase_ = Phase::kArmed;
+}
+
+void Reducer::prepare_for_local_backward() {
+  std::lock_guard<std::mutex> lock(mu_);
+  phase_ = Phase::kArmedLocal;
+}
+
+bool Reducer::needs_outputs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return handle_unused_ && !(options_.static_graph && unused_known_);
+}
+
+void Reducer::set_comm_hook(std::shared_ptr<CommHook> hook) {
+  std::lock_guard<std::mutex> lock(mu_);
+  TDIST_CHECK(hook != nullptr, InvalidArgument, "DDP: register_comm_hook got a null hook");
+  TDIST_CHECK(!custom_hook_, Error,
+              "DDP: a comm hook is already registered (register_comm_hook may be called once)");
+  TDIST_CHECK(synced_passes_ == 0 && phase_ != Phase::kReducing, Error,
+              "DDP: register_comm_hook must be called before the first synchronized backward");
+  hook_ = std::move(hook);
+  custom_hook_ = true;
+}
+
+void Reducer::autograd_hook(size_t index) {
+  std::lock_guard<std::mutex> lock(mu_);
+  switch (phase_) {
+    case Phase::kIdle:  // a backward pass that no DDP forward armed: local only
+      return;
+    case Phase::kArmedLocal:  // under no_sync: only count the pass
+      ++backward_passes_;
+      phase_ = Phase::kIdle;
+      return;
+    case Phase::kArmed:
+      start_reduction();
+      break;
+    case Phase::kReducing:
+      break;
+  }
+  mark_ready(index);
+}
+
+void Reducer::start_reduction() {
+  phase_ = Phase::kReducing;
+  ++backward_passes_;
+  ++synced_passes_;
+  ::torch::autograd::Engine::get_default_engine().queue_callback([this] { finalize_backward(); });
+  // Issued before any bucket, so it pairs with the same collective on every rank.
+  const auto passes = static_cast<int64_t>(backward_passes_);
+  control_.assign(2 + (handle_unused_ ? params_.size() : 0), 1);
+  control_[0] = passes;
+  control_[1] = -passes;
+  for (size_t u : unused_) control_[2 + u] = params_[u].tensor.grad().defined() ? 1 : 0;
+  control_work_ =
+      group_->all_reduce(control_.data(), control_.size(), DType::kI64, ReduceOpKind::kMax);
+  for (size_t u : unused_) mark_ready(u);
+}
+
+void Reducer::mark_ready(size_t index) {
+  Param& param = params_[index];
+  TDIST_CHECK(!ready_[index], Error, "DDP: parameter '", param.name,
+              "' got its gradient twice in synchronized backward pass ", synced_passes_,
+              ": a second backward pass started before the first finished (a reentrant or "
+              "concurrent backward, or the parameter was used outside forward). Run forward "
+              "before each backward; accumulate gradients under no_sync()");
+  ready_[index] = 1;
+  if (synced_passes_ == 1 && !rebuilt_) ready_order_.push_back(index);
+  Bucket& bucket = buckets_[param.bucket];
+  copy_grad_to_bucket(param, bucket);
+  if (--bucket.pending > 0) return;
+  // Launch in index order only, so that every rank issues the same sequence.
+  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
+    Bucket& next = buckets_[next_bucket_++];
+    next.work = hook_->run(*group_, next.grad);
+    TDIST_CHECK(next.work != nullptr, Error, "DDP: the comm hook returned no Work for bucket ",
+                next.grad.index);
+  }
+}
+
+void Reducer::copy_grad_to_bucket(const Param& param, Bucket& bucket) {
+  ::torch::Tensor& view = bucket.grad.gradients[param.slot];
+  ::torch::Tensor& grad = param.tensor.mutable_grad();
+  if (!grad.defined()) {
+    view.zero_();
+    return;
+  }
+  TDIST_CHECK(grad.layout() == ::torch::kStrided && grad.device().is_cpu(), InvalidArgument,
+              "DDP: parameter '", param.name,
+              "' got a sparse or non-CPU gradient; DDP reduces dense CPU gradients");
+  if (grad.data_ptr() == view.data_ptr()) return;  // already its slice of the bucket
+  view.copy_(grad);
+  if (options_.gradient_as_bucket_view) grad = view;
+}
+
+void Reducer::finalize_backward() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (phase_ != Phase::kReducing) return;
+  std::vector<size_t> missing;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!ready_[i]) missing.push_back(i);
+  }
+  std::exception_ptr error = wait_for_launched();
+  phase_ = Phase::kIdle;
+  const std::string pass = ::tdist::detail::str_cat(
+      "DDP synchronized backward pass ", synced_passes_, " (rank ", group_->rank(), "): ");
+  if (error != nullptr) {
+    rethrow_with_context(error, pass +
+                                    "reducing gradients failed; most likely the ranks ran "
+                                    "different numbers of backward passes (the other ranks "
+                                    "never joined this one), or a rank failed: ");
+  }
+  if (!missing.empty() && handle_unused_) {
+    TDIST_THROW(Error, pass, "these parameters were reached from forward's output but got no ",
+                "gradient: ", describe(missing),
+                ". Every output of forward must take part in computing the loss");
+  }
+  TDIST_CHECK(missing.empty(), Error, pass,
+              "backward finished, but these parameters got no gradient: ", describe(missing),
+              ". Parameters that do not take part in computing the loss need "
+              "DDPOptions::find_unused_parameters = true (or static_graph, when the same ones "
+              "go unused in every iteration)");
+  const int64_t highest = control_[0];
+  const int64_t lowest = -control_[1];
+  TDIST_CHECK(highest == lowest, DesyncError, pass,
+              "ranks ran different numbers of backward passes through this DDP (passes under "
+              "no_sync included): this rank ran ",
+              backward_passes_, ", all ranks between ", lowest, " and ", highest,
+              ". Every rank must run the same forward/backward passes (the same number of "
+              "batches and accumulation steps)");
+  for (Bucket& b : buckets_) hook_->finish(*group_, b.grad);
+  write_gradients();
+  if (synced_passes_ == 1 && !rebuilt_ &&
+      (!options_.find_unused_parameters || options_.static_graph)) {
+    rebuild_due_ = true;
+  }
+}
+
+std::exception_ptr Reducer::wait_for_launched() {
+  std::exception_ptr first;
+  auto wait = [&](const WorkPtr& work) {
+    if (work == nullptr) return;
+    try {
+      wait_with_warnings(*work, *group_, synced_passes_);
+    } catch (...) {
+      if (first == nullptr) first = std::current_exception();
+    }
+  };
+  wait(control_work_);
+  for (size_t b = 0; b < next_bucket_; ++b) wait(buckets_[b].work);
+  return first;
+}
+
+void Reducer::write_gradients() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (globally_unused(i)) continue;  // no rank has a gradient: leave grad untouched
+    const Param& p = params_[i];
+    const ::torch::Tensor& view = buckets_[p.bucket].grad.gradients[p.slot];
+    ::torch::Tensor& grad = p.tensor.mutable_grad();
+    if (!grad.defined()) {
+      grad = options_.gradient_as_bucket_view ? view : view.clone();
+    } else if (grad.data_ptr() != view.data_ptr()) {
+      grad.copy_(view);
+    }
+  }
+}
+
+bool Reducer::globally_unused(size_t index) const {
+  return handle_unused_ && control_[2 + index] == 0;
+}
+
+std::string Reducer::describe(const std::vector<size_t>& indices) const {
+  constexpr size_t kMaxNames = 10;
+  std::string out;
+  for (size_t k = 0; k < indices.size() && k < kMaxNames; ++k) {
+    if (k > 0) out += ", ";
+    out += "'" + params_[indices[k]].name + "'";
+  }
+  if (indices.size() > kMaxNames) {
+    out += ::tdist::detail::str_cat(" and ", indices.size() - kMaxNames, " more");
+  }
+  return out;
+}
+
+}  // namespace tdist::torch

@@ -1,0 +1,131 @@
+// Reducer: the gradient reduction behind DistributedDataParallel (internal; ddp.h states
+// what users see), after PyTorch's c10d Reducer.
+//
+// Parameters are grouped into buckets (flat tensors of one dtype). An autograd post hook
+// on each parameter's gradient accumulator copies the fresh gradient into its bucket (or,
+// with gradient_as_bucket_view, makes param.grad() that slice of the bucket) and, once a
+// bucket is full, launches it through the comm hook. Buckets launch in index order on
+// every rank (a full bucket waits for the ones before it), so every rank issues the same
+// collectives in the same order. The first hook of a pass queues a final autograd
+// callback: the end of backward waits for every bucket, checks the control vector
+// (backward-pass counts, used parameters), lets the hook finish and writes the averaged
+// gradients.
+//
+// Phases: idle (hooks ignored) -> armed by a synchronized forward -> reducing from the
+// first hook to the final callback -> idle; a forward under no_sync arms a local pass
+// whose first hook only counts it.
+//
+// Thread-safety: one mutex guards everything; hooks may fire on any thread. Comm hooks
+// run with it held. Destruction waits for launched communication and removes the hooks.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ddp_sync.h"
+#include "tdist/process_group.h"
+#include "tdist/torch/comm_hooks.h"
+#include "tdist/torch/ddp.h"
+#include "tdist/work.h"
+
+namespace torch::autograd {
+struct Node;
+}  // namespace torch::autograd
+
+namespace tdist::torch {
+
+// Groups params[order[0]], params[order[1]], ... into buckets: one open bucket per dtype,
+// closed once it holds >= its limit (first_bytes for a dtype's first bucket, cap_bytes
+// after). Returns the buckets (indices into params) sorted by the position in `order` of
+// their first member.
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<size_t>& order,
+                                                const std::vector<::torch::Tensor>& params,
+                                                size_t first_bytes, size_t cap_bytes);
+
+class Reducer {
+ public:
+  // `params`: the parameters to reduce (requires_grad), in module order.
+  Reducer(std::vector<NamedTensor> params, std::shared_ptr<ProcessGroup> group,
+          const DDPOptions& options);
+  ~Reducer();
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  // Before a grad-mode forward: fails (once) if the previous synchronized backward did
+  // not finish, and rebuilds the buckets when due (a collective).
+  void prepare_for_forward();
+  // After a grad-mode forward: arms a synchronized pass (outputs: forward's tensors, for
+  // the unused-parameter search) or a local one (under no_sync).
+  void prepare_for_backward(const std::vector<::torch::Tensor>& outputs);
+  void prepare_for_local_backward();
+  // Whether prepare_for_backward needs the outputs (an unused-parameter search is due).
+  bool needs_outputs() const;
+
+  void set_comm_hook(std::shared_ptr<CommHook> hook);
+  std::vector<std::vector<std::string>> bucket_assignment() const;
+  bool buckets_rebuilt() const;
+
+ private:
+  class GradHook;
+  enum class Phase { kIdle, kArmedLocal, kArmed, kReducing };
+  struct Param {
+    std::string name;
+    ::torch::Tensor tensor;
+    std::shared_ptr<::torch::autograd::Node> grad_accumulator;
+    uintptr_t hook_key = 0;
+    size_t bucket = 0;  // buckets_[bucket].grad.gradients[slot] is its slice
+    size_t slot = 0;
+  };
+  struct Bucket {
+    std::vector<size_t> params;
+    GradBucket grad;
+    size_t pending = 0;  // parameters not ready yet in this pass
+    WorkPtr work;        // of the pass in progress, once launched
+  };
+
+  void autograd_hook(size_t index);
+  // The rest run with mu_ held.
+  void start_reduction();
+  void mark_ready(size_t index);
+  void copy_grad_to_bucket(const Param& param, Bucket& bucket);
+  void finalize_backward();
+  // Waits for the control vector and every launched bucket; returns the first error.
+  std::exception_ptr wait_for_launched();
+  void write_gradients();
+  bool globally_unused(size_t index) const;
+  void build_buckets(const std::vector<size_t>& order);
+  void rebuild_buckets();
+  std::vector<size_t> search_unused(const std::vector<::torch::Tensor>& outputs) const;
+  std::string describe(const std::vector<size_t>& indices) const;
+
+  const std::shared_ptr<ProcessGroup> group_;
+  const DDPOptions options_;
+  const bool handle_unused_;  // find_unused_parameters or static_graph
+  std::vector<Param> params_;
+  std::shared_ptr<CommHook> hook_;
+  bool custom_hook_ = false;
+
+  mutable std::mutex mu_;
+  std::vector<Bucket> buckets_;
+  Phase phase_ = Phase::kIdle;
+  uint64_t backward_passes_ = 0;  // synchronized and local, that reached a hook
+  uint64_t synced_passes_ = 0;
+  std::vector<char> ready_;     // per parameter, in the pass in progress
+  size_t next_bucket_ = 0;      // the next bucket to launch
+  std::vector<size_t> unused_;  // parameters the search expects no gradient for
+  bool unused_known_ = false;   // static_graph: unused_ found in the first pass
+  // [passes, -passes, used flags...], all_reduced with max at the start of each pass.
+  std::vector<int64_t> control_;
+  WorkPtr control_work_;
+  std::vector<size_t> ready_order_;  // of the first synchronized pass
+  bool rebuild_due_ = false;
+  bool rebuilt_ = false;
+};
+
+}  // namespace tdist::torch

@@ -1,0 +1,43 @@
+// The Reducer's search for parameters a backward pass will not reach: a walk of the
+// autograd graph from forward's outputs. A parameter whose gradient accumulator the walk
+// never meets gets no gradient from a backward of these outputs.
+//
+// Internal LibTorch headers, unavoidable: walking the graph needs Node::next_edges
+// (torch/csrc/autograd/function.h) and a leaf's accumulator
+// (impl::try_get_grad_accumulator, torch/csrc/autograd/variable.h); PyTorch's Reducer
+// walks it the same way.
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <unordered_set>
+
+#include "reducer.h"
+
+namespace tdist::torch {
+
+std::vector<size_t> Reducer::search_unused(const std::vector<::torch::Tensor>& outputs) const {
+  using ::torch::autograd::Node;
+  std::unordered_set<const Node*> seen;
+  std::vector<Node*> stack;
+  auto visit = [&](const std::shared_ptr<Node>& node) {
+    if (node != nullptr && seen.insert(node.get()).second) stack.push_back(node.get());
+  };
+  for (const ::torch::Tensor& t : outputs) {
+    if (!t.requires_grad()) continue;
+    // A leaf output (a parameter returned as is) has no grad_fn, only its accumulator.
+    visit(t.grad_fn() != nullptr ? t.grad_fn()
+                                 : ::torch::autograd::impl::try_get_grad_accumulator(t));
+  }
+  while (!stack.empty()) {
+    Node* node = stack.back();
+    stack.pop_back();
+    for (const ::torch::autograd::Edge& edge : node->next_edges()) visit(edge.function);
+  }
+  std::vector<size_t> unused;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (seen.count(params_[i].grad_accumulator.get()) == 0) unused.push_back(i);
+  }
+  return unused;
+}
+
+}  // namespace tdist::torch
