@@ -15,6 +15,8 @@
 #include <string_view>
 #include <typeinfo>
 
+#include "core/json_string.h"
+
 namespace tdist {
 namespace {
 
@@ -22,83 +24,11 @@ std::atomic<std::terminate_handler> g_previous_handler{nullptr};
 std::atomic<bool> g_handler_busy{false};  // some thread is in on_terminate
 thread_local bool t_in_handler = false;   // this thread is: a re-entry must not loop
 
-// Length of the valid UTF-8 sequence at s[i] (lead byte >= 0x80), or 0 when it is invalid
-// (overlong forms, surrogates and code points past U+10FFFF included).
-size_t utf8_length(std::string_view s, size_t i) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  size_t n = 0;
-  unsigned char lo = 0x80;
-  unsigned char hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) {
-    n = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    n = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    n = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (i + n > s.size()) return 0;
-  for (size_t k = 1; k < n; ++k) {
-    const auto b = static_cast<unsigned char>(s[i + k]);
-    if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) return 0;
-  }
-  return n;
-}
-
-// Appends `s` as the inside of a JSON string literal.
-void append_json_string(std::string& out, std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x80) {
-      size_t n = utf8_length(s, i);
-      if (n == 0) {
-        out += "\xEF\xBF\xBD";  // U+FFFD: Python's json.load rejects invalid UTF-8
-        ++i;
-      } else {
-        out.append(s.substr(i, n));
-        i += n;
-      }
-      continue;
-    }
-    ++i;
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-}
-
 std::string error_json(const std::string& message) {
   std::string out = R"({"message": {"message": ")";
-  append_json_string(out, message);
+  detail::append_json_string(out, message);
   out += R"(", "extraInfo": {"py_callstack": ")";
-  append_json_string(out, message);
+  detail::append_json_string(out, message);
   out += R"(", "timestamp": ")";
   out += std::to_string(static_cast<long long>(std::time(nullptr)));
   out += "\"}}}";

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/json_string.h"
 #include "tdist/error.h"
 
 namespace tdist::launcher {
@@ -17,34 +18,6 @@ const char* kind_name(Json::Kind kind) {
   static constexpr const char* kNames[] = {"null",     "a bool",   "a number",
                                            "a string", "an array", "an object"};
   return kNames[static_cast<int>(kind)];
-}
-
-// Length of the valid UTF-8 sequence at s[i] (lead byte >= 0x80), or 0 when it is invalid
-// (overlong forms, surrogates and code points past U+10FFFF included).
-size_t utf8_length(std::string_view s, size_t i) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  size_t n = 0;
-  unsigned char lo = 0x80;
-  unsigned char hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) {
-    n = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    n = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    n = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (i + n > s.size()) return 0;
-  for (size_t k = 1; k < n; ++k) {
-    const auto b = static_cast<unsigned char>(s[i + k]);
-    if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) return 0;
-  }
-  return n;
 }
 
 void append_utf8(std::string& out, uint32_t cp) {
@@ -67,47 +40,7 @@ void append_utf8(std::string& out, uint32_t cp) {
 
 void dump_string(std::string& out, std::string_view s) {
   out += '"';
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x80) {
-      size_t n = utf8_length(s, i);
-      out += n == 0 ? std::string_view("\xEF\xBF\xBD") : s.substr(i, n);  // U+FFFD
-      i += n == 0 ? 1 : n;
-      continue;
-    }
-    ++i;
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
+  detail::append_json_string(out, s);
   out += '"';
 }
 
@@ -334,7 +267,7 @@ class Parser {
       }
       if (c < 0x20) fail("expected an escape (\\n, \\u00XX, ...) for a control character");
       if (c >= 0x80) {
-        size_t n = utf8_length(text_, pos_);
+        size_t n = detail::utf8_length(text_, pos_);
         if (n == 0) fail("invalid UTF-8 in a string");
         out.append(text_.substr(pos_, n));
         pos_ += n;
