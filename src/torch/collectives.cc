@@ -1,14 +1,11 @@
-// Tensor collectives (collectives.h): argument checks, contiguous staging of inputs and
-// outputs, and the Work that copies results into the caller's tensors on completion.
+// Tensor collectives (collectives.h): argument checks, then each operation on buffers
+// staged by tensor_work.h, whose Work copies results into the caller's tensors.
 #include "tdist/torch/collectives.h"
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <exception>
 #include <memory>
-#include <mutex>
-#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,106 +13,13 @@
 #include "tdist/distributed.h"
 #include "tdist/error.h"
 #include "tdist/torch/types.h"
+#include "tensor_work.h"
 
 namespace tdist::torch {
 namespace {
 
 using tdist::detail::str_cat;
 using ::torch::Tensor;
-
-// Every buffer an operation's raw pointers point into, and the copies into the caller's
-// tensors to make once it succeeded.
-struct Staging {
-  std::vector<Tensor> keep;
-  std::vector<std::pair<Tensor, Tensor>> copy_back;  // (caller's tensor, result)
-};
-
-// Unfinished operations whose Work was dropped, holding their buffers until they
-// complete; pruned whenever an operation starts. Never destroyed, so that an operation
-// still running while the process exits does not write into freed memory.
-class Orphans {
- public:
-  static Orphans& get() {
-    static auto* orphans = new Orphans;
-    return *orphans;
-  }
-
-  void adopt(WorkPtr work, std::vector<Tensor> keep) {
-    std::lock_guard<std::mutex> lock(mu_);
-    pending_.emplace_back(std::move(work), std::move(keep));
-  }
-
-  void prune() {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::erase_if(pending_, [](const auto& p) { return p.first->is_completed(); });
-  }
-
- private:
-  std::mutex mu_;
-  std::vector<std::pair<WorkPtr, std::vector<Tensor>>> pending_;  // guarded by mu_
-};
-
-// Wraps the process group's Work: completes when it does, after the copy-back.
-class TensorWork final : public Work {
- public:
-  TensorWork(const char* op, WorkPtr inner, Staging staging)
-      : Work(op), inner_(std::move(inner)), staging_(std::move(staging)) {}
-
-  ~TensorWork() override {
-    if (!inner_->is_completed()) Orphans::get().adopt(std::move(inner_), std::move(staging_.keep));
-  }
-
- protected:
-  void poll(Deadline deadline) override {
-    if (!inner_done(deadline)) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (finished_) return;
-    std::exception_ptr error = inner_->exception();
-    if (error == nullptr) {
-      try {
-        copy_back();
-      } catch (...) {
-        error = std::current_exception();
-      }
-    }
-    staging_ = {};  // the temporaries are not needed any more
-    finished_ = true;
-    finish(error);
-  }
-
- private:
-  // Waits for the inner Work until `deadline`; true once it completed (either way).
-  bool inner_done(Deadline deadline) {
-    if (!deadline.is_never() && deadline.time() <= Clock::now()) return inner_->is_completed();
-    try {
-      inner_->wait(deadline);
-    } catch (...) {
-      // Its error is read from exception() once complete; a passed deadline leaves it running.
-    }
-    return inner_->is_completed();
-  }
-
-  // Writes outside autograd (as the operation's own writes through data pointers are);
-  // an inference tensor only accepts writes inside InferenceMode. InferenceMode(false)
-  // turns grad mode on, so NoGradGuard comes after it.
-  void copy_back() {
-    for (auto& [dst, src] : staging_.copy_back) {
-      c10::InferenceMode inference(dst.is_inference());
-      ::torch::NoGradGuard no_grad;
-      dst.copy_(src);
-    }
-  }
-
-  WorkPtr inner_;
-  std::mutex mu_;
-  bool finished_ = false;  // guarded by mu_
-  Staging staging_;        // guarded by mu_ once the Work is shared
-};
-
-WorkPtr launch(const char* op, WorkPtr inner, Staging staging) {
-  Orphans::get().prune();
-  return std::make_shared<TensorWork>(op, std::move(inner), std::move(staging));
-}
 
 // ---- checks ---------------------------------------------------------------------------
 
@@ -165,126 +69,6 @@ void check_empty_off_root(const char* op, const char* what, const std::vector<Te
 }
 
 size_t count_of(const Tensor& t) { return static_cast<size_t>(t.numel()); }
-
-// ---- staging --------------------------------------------------------------------------
-
-// Whether the elements in memory are not the tensor's values in row-major order.
-bool needs_staging(const Tensor& t) { return !t.is_contiguous() || t.is_neg(); }
-
-// True when, by its strides, no two elements of `t` can share memory: sorted by stride,
-// each dimension steps past everything the smaller ones span. (Rare interleavings that
-// do not overlap either fail this test and are refused.)
-bool provably_non_overlapping(const Tensor& t) {
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dimensions with size > 1
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    if (t.size(d) == 0) return true;
-    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
-  }
-  std::sort(dims.begin(), dims.end());
-  int64_t span = 0;  // the largest offset the dimensions so far reach
-  for (const auto& [stride, size] : dims) {
-    if (stride <= span) return false;
-    span += stride * (size - 1);
-  }
-  return true;
-}
-
-Tensor empty_dense(c10::IntArrayRef sizes, c10::ScalarType type) {
-  return ::torch::empty(sizes, ::torch::TensorOptions().dtype(type));
-}
-
-Tensor dense_copy(const Tensor& t) {
-  ::torch::NoGradGuard no_grad;
-  Tensor out = empty_dense(t.sizes(), t.scalar_type());
-  out.copy_(t);
-  return out;
-}
-
-// The bytes [first, last) that `t`'s elements occupy (empty for no elements).
-std::pair<const std::byte*, const std::byte*> byte_range(const Tensor& t) {
-  const auto* first = static_cast<const std::byte*>(t.data_ptr());
-  if (t.numel() == 0) return {first, first};
-  int64_t last = 0;
-  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
-  return {first, first + (last + 1) * static_cast<int64_t>(t.element_size())};
-}
-
-bool overlaps(const Tensor& t, const void* buffer, size_t bytes) {
-  const auto [first, last] = byte_range(t);
-  const auto* begin = static_cast<const std::byte*>(buffer);
-  return bytes > 0 && first < last && first < begin + bytes && begin < last;
-}
-
-// A buffer holding `t`'s values the operation may read.
-const void* stage_input(Staging& s, const Tensor& t) {
-  Tensor dense = needs_staging(t) ? dense_copy(t) : t;
-  s.keep.push_back(dense);
-  return dense.data_ptr();
-}
-
-// As stage_input, copying `t` when it shares memory with [out, out + out_bytes), which
-// the operation writes.
-const void* stage_input_apart(Staging& s, const Tensor& t, const void* out, size_t out_bytes) {
-  if (!overlaps(t, out, out_bytes)) return stage_input(s, t);
-  Tensor copy = dense_copy(t);
-  s.keep.push_back(copy);
-  return copy.data_ptr();
-}
-
-void check_writable(const char* op, const std::string& what, const Tensor& t) {
-  TDIST_CHECK(provably_non_overlapping(t), InvalidArgument, op, ": ", what, " (shape ", t.sizes(),
-              ", strides ", t.strides(),
-              ") may have elements that share memory (as expand() makes), so results cannot be "
-              "written into it; pass a tensor with storage of its own, e.g. .contiguous()");
-}
-
-// A buffer the operation may write `t`'s result into (starting with t's values when
-// `keep_values`); copied into `t` on success when it is not `t` itself.
-void* stage_output(Staging& s, const char* op, const char* what, const Tensor& t,
-                   bool keep_values) {
-  if (!needs_staging(t)) {
-    s.keep.push_back(t);
-    return t.data_ptr();
-  }
-  check_writable(op, what, t);
-  Tensor tmp = keep_values ? dense_copy(t) : empty_dense(t.sizes(), t.scalar_type());
-  s.keep.push_back(tmp);
-  s.copy_back.emplace_back(t, tmp);
-  return tmp.data_ptr();
-}
-
-int64_t total_numel(const std::vector<Tensor>& list) {
-  return std::accumulate(list.begin(), list.end(), int64_t{0},
-                         [](int64_t sum, const Tensor& t) { return sum + t.numel(); });
-}
-
-// One buffer for a list of outputs, back to back; block i is copied into outputs[i].
-void* stage_outputs(Staging& s, const char* op, const char* what,
-                    const std::vector<Tensor>& outputs, c10::ScalarType type) {
-  Tensor flat = empty_dense({total_numel(outputs)}, type);
-  s.keep.push_back(flat);
-  int64_t offset = 0;
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    const Tensor& out = outputs[i];
-    check_writable(op, str_cat(what, "[", i, "]"), out);
-    s.copy_back.emplace_back(out, flat.narrow(0, offset, out.numel()).view(out.sizes()));
-    offset += out.numel();
-  }
-  return flat.data_ptr();
-}
-
-// One buffer holding a list of inputs' values back to back.
-const void* stage_inputs(Staging& s, const std::vector<Tensor>& inputs, c10::ScalarType type) {
-  ::torch::NoGradGuard no_grad;
-  Tensor flat = empty_dense({total_numel(inputs)}, type);
-  int64_t offset = 0;
-  for (const Tensor& in : inputs) {
-    flat.narrow(0, offset, in.numel()).view(in.sizes()).copy_(in);
-    offset += in.numel();
-  }
-  s.keep.push_back(flat);
-  return flat.data_ptr();
-}
 
 // Element counts per rank of all_to_all_single's `t` split along dim 0 by `splits`.
 std::vector<size_t> split_counts(const char* what, const Tensor& t,

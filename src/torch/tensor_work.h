@@ -1,0 +1,66 @@
+// Staging of tensors for the process group's raw-pointer calls, and the Work that ends a
+// tensor operation (internal to tdist_torch; collectives.h states what users see).
+//
+// A process group reads and writes dense row-major buffers. The stage_* functions return
+// such a buffer for a tensor, either the tensor's own memory or a temporary, and record in
+// a Staging every tensor the operation's pointers point into and the copies from
+// temporaries into the caller's tensors to make once it succeeded. launch() wraps the
+// group's Work in one that completes after that copy-back.
+//
+// Ownership: the returned Work owns the Staging, so the buffers live until the operation
+// completed; a Work dropped before that hands them to a process-wide list (pruned at each
+// launch(), never destroyed) so that the operation never writes into freed memory.
+// Thread-safety: a Staging belongs to the one thread that builds it; the Work may be shared,
+// and the copy-back runs once, inside whichever wait() or is_completed() first sees the
+// operation complete. Failures: staging an output whose elements may share memory throws
+// InvalidArgument; an error of the operation or of the copy-back becomes the Work's error
+// (nothing is copied back after a failed operation).
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "tdist/work.h"
+
+namespace tdist::torch {
+
+// Every buffer an operation's raw pointers point into, and the copies into the caller's
+// tensors to make once it succeeded.
+struct Staging {
+  std::vector<::torch::Tensor> keep;
+  std::vector<std::pair<::torch::Tensor, ::torch::Tensor>> copy_back;  // (caller's, result)
+};
+
+// Whether the elements in memory are not the tensor's values in row-major order.
+bool needs_staging(const ::torch::Tensor& t);
+
+// A buffer holding `t`'s values the operation may read.
+const void* stage_input(Staging& s, const ::torch::Tensor& t);
+
+// As stage_input, copying `t` when it shares memory with [out, out + out_bytes), which
+// the operation writes.
+const void* stage_input_apart(Staging& s, const ::torch::Tensor& t, const void* out,
+                              size_t out_bytes);
+
+// One buffer holding a list of inputs' values back to back.
+const void* stage_inputs(Staging& s, const std::vector<::torch::Tensor>& inputs,
+                         c10::ScalarType type);
+
+// A buffer the operation may write `t`'s result into (starting with t's values when
+// `keep_values`); copied into `t` on success when it is not `t` itself. `op` and `what`
+// name the operation and the argument in the InvalidArgument for an overlapping `t`.
+void* stage_output(Staging& s, const char* op, const char* what, const ::torch::Tensor& t,
+                   bool keep_values);
+
+// One buffer for a list of outputs, back to back; block i is copied into outputs[i].
+void* stage_outputs(Staging& s, const char* op, const char* what,
+                    const std::vector<::torch::Tensor>& outputs, c10::ScalarType type);
+
+// The Work of operation `op`: completes when `inner` (the group's Work over the staged
+// buffers) does, after the copy-back when it succeeded.
+WorkPtr launch(const char* op, WorkPtr inner, Staging staging);
+
+}  // namespace tdist::torch
