@@ -3,14 +3,16 @@
 // (../shared/anchors/torch_ddp_mlp.py and torch_ddp.py): one fixed random batch per rank,
 // cross-entropy, SGD lr 0.01, 3 warm-up steps, then `steps` timed ones.
 //
-//   ddp_bench --model mlp|cnn|fashion [--steps N] [--batch N] [--bucket-view | --manual]
+//   ddp_bench --model mlp|cnn|fashion [--steps N] [--batch N] [--backend NAME]
+//             [--bucket-view | --manual]
 //   tdistrun --standalone --nproc-per-node 2 ddp_bench --model mlp
 //
 // Models: mlp = 784-2048-2048-10 (5.8M parameters, 23 MB of gradients), cnn = the classic
 // MNIST example network of torch_ddp.py (1.2M parameters), fashion = train_fashion_mnist's
 // FashionNet. Default batch per rank: 32 for mlp, 64 otherwise.
 // Alone (no WORLD_SIZE) it trains the plain module with no DDP and no process group, as
-// the anchors do for world 1; under a launcher every rank wraps it in DDP (tcp backend;
+// the anchors do for world 1; under a launcher every rank wraps it in DDP (backend `auto`
+// unless --backend names another;
 // --bucket-view sets gradient_as_bucket_view), or with --manual trains the plain module
 // and all_reduces each gradient in place after backward: no buckets, no overlap, no
 // copies, the memory baseline DDP's overhead is measured against. Rank 0 prints one line:
@@ -64,6 +66,7 @@ struct Flags {
   int64_t batch = 0;  // 0: the model's default
   bool bucket_view = false;
   bool manual = false;
+  std::string backend = "auto";
 };
 
 bool parse_flags(int argc, char** argv, Flags& f) {
@@ -77,6 +80,8 @@ bool parse_flags(int argc, char** argv, Flags& f) {
       f.model = argv[++i];
     } else if (i + 1 < argc && flag == "--steps") {
       f.steps = std::atoll(argv[++i]);
+    } else if (i + 1 < argc && flag == "--backend") {
+      f.backend = argv[++i];
     } else if (i + 1 < argc && flag == "--batch") {
       f.batch = std::atoll(argv[++i]);
     } else {
@@ -154,7 +159,7 @@ int bench(const Flags& flags) {
   int world = 1;
   int rank = 0;
   if (std::getenv("WORLD_SIZE") != nullptr) {
-    tdist::init_process_group("tcp");
+    tdist::init_process_group(flags.backend);
     world = tdist::get_world_size();
     rank = tdist::get_rank();
   }
@@ -180,8 +185,10 @@ int bench(const Flags& flags) {
 int main(int argc, char** argv) {
   Flags flags;
   if (!parse_flags(argc, argv, flags)) {
-    std::fputs("usage: ddp_bench --model mlp|cnn|fashion [--steps N] [--batch N] [--bucket-view]\n",
-               stderr);
+    std::fputs(
+        "usage: ddp_bench --model mlp|cnn|fashion [--steps N] [--batch N] [--backend NAME] "
+        "[--bucket-view | --manual]\n",
+        stderr);
     return 2;
   }
   try {

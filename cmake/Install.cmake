@@ -10,6 +10,15 @@ install(TARGETS tdist EXPORT tdistTargets
 install(DIRECTORY include/tdist DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT tdistTargets NAMESPACE tdist:: DESTINATION ${TDIST_CMAKE_DIR})
 
+# A static libtdist carries its private dependencies to the consumer's link: pkg-config
+# lists MPI's libraries (the mpi backend; the CMake package names them in
+# src/backends/CMakeLists.txt).
+get_target_property(TDIST_LIBRARY_TYPE tdist TYPE)
+set(TDIST_PC_EXTRA_LIBS "")
+if(TDIST_HAVE_MPI AND TDIST_LIBRARY_TYPE STREQUAL "STATIC_LIBRARY")
+  list(JOIN MPI_C_LIBRARIES " " TDIST_PC_EXTRA_LIBS)
+endif()
+
 configure_package_config_file(cmake/tdistConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/tdistConfig.cmake INSTALL_DESTINATION ${TDIST_CMAKE_DIR})
 write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/tdistConfigVersion.cmake

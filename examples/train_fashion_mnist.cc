@@ -44,7 +44,7 @@ struct Flags {
   int epochs = 1;
   int64_t batch_size = 64;  // per rank
   double lr = 0.05;
-  std::string backend = "tcp";
+  std::string backend = "auto";
   std::string data = FashionMNIST::kDefaultRoot;
   std::string checkpoint = "./fashion_mnist.ckpt";
   bool resume = false;

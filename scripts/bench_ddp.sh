@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DistributedDataParallel benchmark: tdist's DDP (C++, tcp backend, run by tdistrun) beside
+# DistributedDataParallel benchmark: tdist's DDP (C++, `auto` backend, run by tdistrun) beside
 # PyTorch's Python DDP over gloo, on the same models and batches, OMP_NUM_THREADS=1:
 #   mlp  784-2048-2048-10, batch 32 per rank (communication-heavy: 23 MB of gradients)
 #   cnn  torch_ddp.py's MNIST network (1.2M parameters), batch 64 per rank
@@ -8,9 +8,10 @@
 # run interleaved (tdist w1, torch w1, tdist w2, torch w2, ...) R times, so drifting load
 # hits every variant alike; the table gives medians of step time and samples/s, the
 # scaling efficiency (world-2 samples/s / (2 x world-1 samples/s)) and tdist's peak RSS
-# per process (the largest over the ranks), also with gradient_as_bucket_view for world 2
-# and, for the MLP, without DDP: the plain model with each gradient all_reduced in place
-# after backward (no buckets, no overlap, no copies: the memory baseline for DDP).
+# per process (the largest over the ranks), also for world 2 with the `tcp` backend
+# (loopback TCP instead of shared memory), with gradient_as_bucket_view and, for the MLP,
+# without DDP: the plain model with each gradient all_reduced in place after backward (no
+# buckets, no overlap, no copies: the memory baseline for DDP).
 # PyTorch's side is ../shared/anchors/torch_ddp_mlp.py and torch_ddp.py (ANCHORS=dir to
 # point elsewhere), run with /usr/bin/python3 (python3-torch).
 # Needs: a build with the ddp_bench and tdistrun targets (LibTorch found).
@@ -66,13 +67,14 @@ run() {
   echo "  $variant $model world=$world: step ${step} ms, ${rate} samples/s${rss:+, peak RSS ${rss} MB}"
 }
 
-# tdist_run MODEL WORLD [--bucket-view | --manual]
+# tdist_run MODEL WORLD [--bucket-view | --manual | --backend tcp]
 tdist_run() {
   local model=$1 world=$2 variant=tdist
   shift 2
   case "$*" in
     --bucket-view) variant=tdist-view ;;
     --manual) variant=tdist-manual ;;
+    "--backend tcp") variant=tdist-tcp ;;
   esac
   if ((world == 1)); then
     run "$variant" "$model" 1 "$bench" --model "$model" --steps "$steps" "$@"
@@ -91,6 +93,7 @@ for ((r = 1; r <= rounds; ++r)); do
     run torch "$model" 1 "$python" "$script" 1 "$steps"
     tdist_run "$model" 2
     run torch "$model" 2 "$python" "$script" 2 "$steps"
+    tdist_run "$model" 2 --backend tcp
     tdist_run "$model" 2 --bucket-view
     if [[ $model == mlp ]]; then tdist_run "$model" 2 --manual; fi
   done
@@ -110,8 +113,9 @@ rows = {}
 for line in open(sys.argv[1]):
     variant, model, world, step, rate, rss = line.split()
     rows.setdefault((variant, model, int(world)), []).append((float(step), float(rate), rss))
-names = {"tdist": "tdist DDP (tcp)", "tdist-view": "tdist DDP, bucket view",
-         "tdist-manual": "tdist, no DDP, all_reduce", "torch": "PyTorch DDP (gloo)"}
+names = {"tdist": "tdist DDP (auto)", "tdist-tcp": "tdist DDP (tcp)",
+         "tdist-view": "tdist DDP, bucket view", "tdist-manual": "tdist, no DDP, all_reduce",
+         "torch": "PyTorch DDP (gloo)"}
 print(f"{'model':8} {'implementation':26} {'world':>5} {'step ms':>8} {'samples/s':>10} "
       f"{'scaling':>8} {'peak RSS MB':>12}")
 for (variant, model, world), runs in rows.items():

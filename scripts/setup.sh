@@ -6,10 +6,11 @@ set -euo pipefail
 # iproute2: the multi-host launcher tests (network namespaces); python3-torch: the tests that
 # run torch.distributed programs under tdistrun and read torch's error files.
 # libtorch-dev: tdist_torch and train_fashion_mnist; libopenblas0-pthread: a fast BLAS for it
-# (Debian's default is the slow reference one); dataset-fashion-mnist: the main job's data.
+# (Debian's default is the slow reference one); dataset-fashion-mnist: the main job's data;
+# libopenmpi-dev, openmpi-bin: the mpi backend and its tests under mpirun.
 packages=(build-essential cmake pkg-config clang libgtest-dev libgmock-dev libbenchmark-dev
           libssl-dev iproute2 python3-torch zlib1g-dev libtorch-dev libopenblas0-pthread
-          dataset-fashion-mnist)
+          dataset-fashion-mnist libopenmpi-dev openmpi-bin)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -103,7 +103,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   virtual WorkPtr reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
                                  ReduceOp op) = 0;
 
-  // Block p of send goes to rank p; block p of recv comes from rank p (count each).
+  // Block p of send goes to rank p; block p of recv comes from rank p (count each). send
+  // may equal recv (in place; the backend then works from a copy of send).
   virtual WorkPtr all_to_all(const void* send, void* recv, size_t count, DType dtype) = 0;
   // Variable sizes: send_counts[p] elements go to rank p, recv_counts[p] come from it;
   // blocks are back to back in rank order.

@@ -21,6 +21,10 @@
 // client; keys then live under "/worker/attempt_<TORCHELASTIC_RESTART_COUNT>/", as in
 // torch, so a restarted job never sees its previous attempt's keys.
 //
+// Under mpirun (env:// only) with neither MASTER_ADDR nor MASTER_PORT set, in a build
+// with the mpi backend: MPI rank 0 hosts the store on a free port and MPI broadcasts its
+// address (127.0.0.1 when every rank shares one host, else rank 0's host name).
+//
 // Under tdistrun (env:// only): tdistrun hosts one TCPStore for the whole job and sets
 // TDIST_AGENT_STORE=host:port ([v6]:port) and TDIST_AGENT_STORE_PREFIX=<this round's key
 // prefix>. When TDIST_AGENT_STORE is set, env:// connects there instead of

@@ -78,8 +78,13 @@ BackendFactory backend_factory(const std::string& name) {
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.factories.find(normalize(name));
   if (it == r.factories.end()) {
+    // The one built-in backend a build can lack says how to get it.
+    const char* hint = normalize(name) == "mpi" && !TDIST_HAVE_MPI
+                           ? "; this tdist was built without MPI: rebuild with libopenmpi-dev "
+                             "installed (apt-get install libopenmpi-dev openmpi-bin)"
+                           : "";
     TDIST_THROW(InvalidArgument, "backend '", name,
-                "' is not available; registered backends: ", list(r.factories));
+                "' is not available; registered backends: ", list(r.factories), hint);
   }
   return it->second;
 }

@@ -2,28 +2,34 @@
 #include "backends/builtin.h"
 
 #include "backends/comm_group.h"
-#include "transport/tcp/tcp_comm.h"
+#include "backends/local_comms.h"
+#if TDIST_HAVE_MPI
+#include "backends/mpi/mpi_backend.h"
+#endif
 
 namespace tdist::backends {
 namespace {
 
-std::unique_ptr<transport::Comm> make_tcp_comm(std::shared_ptr<Store> store, int rank, int size,
-                                               std::chrono::milliseconds timeout) {
-  transport::TcpCommOptions options;
-  options.timeout = timeout;
-  return transport::connect_tcp_comm(std::move(store), rank, size, options);
+// A backend whose groups are CommProcessGroups over the Comms `factory` makes.
+BackendFactory comm_backend(std::string name, CommFactory factory) {
+  return [name = std::move(name), factory = std::move(factory)](
+             std::shared_ptr<Store> store, int rank, int size, std::chrono::milliseconds timeout) {
+    return std::make_shared<CommProcessGroup>(name, factory, std::move(store), rank, size, timeout);
+  };
 }
 
 }  // namespace
 
 std::vector<std::pair<std::string, BackendFactory>> builtin_backends() {
-  return {
-      {"tcp",
-       [](std::shared_ptr<Store> store, int rank, int size, std::chrono::milliseconds timeout) {
-         return std::make_shared<CommProcessGroup>("tcp", make_tcp_comm, std::move(store), rank,
-                                                   size, timeout);
-       }},
+  std::vector<std::pair<std::string, BackendFactory>> backends = {
+      {"auto", comm_backend("auto", make_auto_comm)},
+      {"shm", comm_backend("shm", make_shm_comm)},
+      {"tcp", comm_backend("tcp", make_tcp_comm)},
   };
+#if TDIST_HAVE_MPI
+  backends.emplace_back("mpi", mpi::mpi_backend());
+#endif
+  return backends;
 }
 
 }  // namespace tdist::backends

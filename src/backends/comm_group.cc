@@ -29,6 +29,22 @@ std::vector<size_t> to_bytes(std::span<const size_t> counts, DType dtype) {
   return out;
 }
 
+// all_to_allv with `send` and `recv` allowed to overlap (the in-place form, send == recv):
+// the algorithm needs disjoint buffers, so an overlapping send is copied first.
+void all_to_allv_any(const coll::Ctx& ctx, const void* send, std::span<const size_t> send_bytes,
+                     void* recv, std::span<const size_t> recv_bytes) {
+  const auto* s = static_cast<const uint8_t*>(send);
+  const auto* r = static_cast<const uint8_t*>(recv);
+  const size_t sn = total(send_bytes);
+  const size_t rn = total(recv_bytes);
+  if (sn == 0 || rn == 0 || s + sn <= r || r + rn <= s) {
+    coll::all_to_allv(ctx, send, send_bytes, recv, recv_bytes);
+    return;
+  }
+  std::vector<uint8_t> copy(s, s + sn);
+  coll::all_to_allv(ctx, copy.data(), send_bytes, recv, recv_bytes);
+}
+
 }  // namespace
 
 CommProcessGroup::CommProcessGroup(std::string backend, CommFactory factory,
@@ -242,7 +258,7 @@ WorkPtr CommProcessGroup::all_to_all(const void* send, void* recv, size_t count,
   check_buffer("all_to_all", "recv", recv, count);
   std::vector<size_t> bytes(static_cast<size_t>(size()), bytes_of(count, dtype));
   return enqueue("all_to_all", [=, bytes = std::move(bytes)](const coll::Ctx& ctx) {
-    coll::all_to_allv(ctx, send, bytes, recv, bytes);
+    all_to_allv_any(ctx, send, bytes, recv, bytes);
   });
 }
 
@@ -257,7 +273,7 @@ WorkPtr CommProcessGroup::all_to_allv(const void* send, std::span<const size_t> 
   check_buffer("all_to_allv", "recv", recv, total(recv_counts));
   return enqueue("all_to_allv",
                  [=, sb = to_bytes(send_counts, dtype), rb = to_bytes(recv_counts, dtype)](
-                     const coll::Ctx& ctx) { coll::all_to_allv(ctx, send, sb, recv, rb); });
+                     const coll::Ctx& ctx) { all_to_allv_any(ctx, send, sb, recv, rb); });
 }
 
 WorkPtr CommProcessGroup::barrier() {

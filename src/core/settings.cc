@@ -29,6 +29,8 @@ constexpr auto kSettings = std::to_array<Setting>({
     {"TDIST_LOG_LEVEL", "warn", "log level: trace, debug, info, warn, error or off"},
     {"TDIST_REDUCE_ISA", "auto",
      "reduction kernels to use: auto (best the CPU has), avx512, avx2, sse4 or scalar"},
+    {"TDIST_SHM_RING_BYTES", "1048576",
+     "bytes of each shared-memory ring (one per ordered pair of ranks on a host)"},
     {"TDIST_SOCKET_BUFFER_BYTES", "4194304",
      "SO_SNDBUF/SO_RCVBUF of TCP transport sockets in bytes; 0 keeps the kernel's autotuning"},
     {"TDIST_SOCKET_IFNAME", "",

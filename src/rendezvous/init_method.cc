@@ -8,6 +8,7 @@
 #include <span>
 #include <string_view>
 
+#include "rendezvous/store_agreement.h"
 #include "tdist/error.h"
 #include "tdist/settings.h"
 
@@ -194,6 +195,12 @@ HostPort parse_authority(const std::string& authority, const std::string& what,
 
 void parse_env_master(InitSpec& spec) {
   std::string addr = env_string("MASTER_ADDR");
+  // Under mpirun (say) with neither variable set, the launcher's own channel agrees on
+  // the store; one variable alone is still an error.
+  if (addr.empty() && env_string("MASTER_PORT").empty() && applicable_store_agreement()) {
+    spec.agreed_store = true;
+    return;
+  }
   if (addr.empty()) {
     TDIST_THROW(InvalidArgument,
                 "env:// needs MASTER_ADDR, the address of rank 0 (or of the launcher's store), "
@@ -303,7 +310,7 @@ InitSpec parse_init_method(const std::string& init_method, int rank, int world_s
   // MASTER_ADDR/MASTER_PORT (a store on rank 0, for Python torch workers); ours wins.
   if (spec.scheme == InitScheme::kEnv && parse_env_agent_store(spec)) return spec;
   if (spec.scheme == InitScheme::kEnv) parse_env_master(spec);
-  if (spec.scheme != InitScheme::kFile && use_agent_store()) {
+  if (spec.scheme != InitScheme::kFile && !spec.agreed_store && use_agent_store()) {
     spec.agent_store = true;
     spec.key_prefix = attempt_prefix();
   }

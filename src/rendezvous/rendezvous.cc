@@ -2,11 +2,14 @@
 // (rendezvous.h describes the init methods and the key layout).
 #include "tdist/rendezvous.h"
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "net/address.h"
 #include "rendezvous/init_method.h"
+#include "rendezvous/store_agreement.h"
 #include "tdist/error.h"
 #include "tdist/file_store.h"
 #include "tdist/logging.h"
@@ -37,8 +40,34 @@ std::string host_port(const std::string& host, uint16_t port) {
   return detail::str_cat(host, ":", port);
 }
 
+// Connects a client to host:port; keeps `server` (this process's, or null) alive with it.
+std::shared_ptr<Store> connect_client(const InitSpec& spec, const std::string& host, uint16_t port,
+                                      std::unique_ptr<TCPStoreServer> server, milliseconds timeout,
+                                      Deadline deadline) {
+  TCPStoreOptions options;
+  options.port = port;
+  options.timeout = timeout;
+  options.connect_timeout = deadline.remaining();
+  std::shared_ptr<TCPStore> client;
+  try {
+    client = std::make_shared<TCPStore>(host, options);
+  } catch (const TimeoutError& e) {
+    const char* who = spec.agreed_store  ? "the store's host"
+                      : spec.agent_store ? "the launcher"
+                                         : "rank 0";
+    const char* what = spec.agreed_store                 ? "the agreed address"
+                       : spec.scheme == InitScheme::kEnv ? "MASTER_ADDR/MASTER_PORT"
+                                                         : "the init_method";
+    TDIST_THROW(TimeoutError, "rendezvous could not reach the store at ", host_port(host, port),
+                " within ", timeout.count(), " ms: ", e.what(), "; check that ", who,
+                " is running and that ", what, " point at it");
+  }
+  if (!server) return client;
+  auto hosted = std::make_shared<HostedStore>(HostedStore{std::move(server), std::move(client)});
+  return std::shared_ptr<Store>(hosted, hosted->client.get());
+}
+
 std::shared_ptr<Store> connect_tcp(const InitSpec& spec, milliseconds timeout, Deadline deadline) {
-  const std::string where = host_port(spec.host, spec.port);
   std::unique_ptr<TCPStoreServer> server;
   if (spec.rank == 0 && !spec.agent_store) {
     const std::string bind = rendezvous_detail::is_ipv6_literal(spec.host) ? "::" : "0.0.0.0";
@@ -50,30 +79,36 @@ std::shared_ptr<Store> connect_tcp(const InitSpec& spec, milliseconds timeout, D
                   "hosts the store");
     }
   }
-  TCPStoreOptions options;
-  options.port = spec.port;
-  options.timeout = timeout;
-  options.connect_timeout = deadline.remaining();
-  std::shared_ptr<TCPStore> client;
-  try {
-    client = std::make_shared<TCPStore>(spec.host, options);
-  } catch (const TimeoutError& e) {
-    TDIST_THROW(TimeoutError, "rendezvous could not reach the store at ", where, " within ",
-                timeout.count(), " ms: ", e.what(), "; check that ",
-                spec.agent_store ? "the launcher" : "rank 0", " is running and that ",
-                spec.scheme == InitScheme::kEnv ? "MASTER_ADDR/MASTER_PORT" : "the init_method",
-                " point at it");
-  }
-  if (!server) return client;
-  auto hosted = std::make_shared<HostedStore>(HostedStore{std::move(server), std::move(client)});
-  return std::shared_ptr<Store>(hosted, hosted->client.get());
+  return connect_client(spec, spec.host, spec.port, std::move(server), timeout, deadline);
 }
 
-std::shared_ptr<Store> open_store(const InitSpec& spec, milliseconds timeout, Deadline deadline) {
+// env:// under a launcher without MASTER_ADDR/MASTER_PORT: the process the agreement
+// elects hosts the store on a free port, and the launcher's channel tells everyone where.
+std::shared_ptr<Store> connect_agreed(InitSpec& spec, milliseconds timeout, Deadline deadline) {
+  std::optional<rendezvous_detail::StoreAgreement> agreement =
+      rendezvous_detail::applicable_store_agreement();
+  TDIST_CHECK(agreement.has_value(), Error,
+              "env://: the launcher's store agreement no longer applies; set MASTER_ADDR and "
+              "MASTER_PORT");
+  std::unique_ptr<TCPStoreServer> server;
+  const std::string address = agreement->agree([&] {
+    server = TCPStoreServer::start("0.0.0.0", 0);
+    return server->port();
+  });
+  const net::HostPort hp = net::parse_host_port(address);
+  spec.host = hp.host;
+  spec.port = hp.port;
+  TDIST_LOG(kInfo) << "rendezvous: the store's address " << address << " was agreed through "
+                   << agreement->name;
+  return connect_client(spec, hp.host, hp.port, std::move(server), timeout, deadline);
+}
+
+std::shared_ptr<Store> open_store(InitSpec& spec, milliseconds timeout, Deadline deadline) {
   if (spec.scheme == InitScheme::kFile) {
     return std::make_shared<FileStore>(spec.path, spec.world_size, timeout);
   }
-  std::shared_ptr<Store> store = connect_tcp(spec, timeout, deadline);
+  std::shared_ptr<Store> store = spec.agreed_store ? connect_agreed(spec, timeout, deadline)
+                                                   : connect_tcp(spec, timeout, deadline);
   if (spec.key_prefix.empty()) return store;
   return std::make_shared<PrefixStore>(spec.key_prefix, std::move(store));
 }
@@ -87,7 +122,9 @@ std::string describe(const InitSpec& spec) {
       break;
   }
   return detail::str_cat("TCPStore ", host_port(spec.host, spec.port),
-                         spec.agent_store ? " (hosted by the launcher)" : "");
+                         spec.agent_store    ? " (hosted by the launcher)"
+                         : spec.agreed_store ? " (address agreed through the launcher)"
+                                             : "");
 }
 
 // Joins round (n-1)/world_size of the store's arrival counter; see rendezvous.h.
@@ -154,7 +191,7 @@ milliseconds default_pg_timeout() { return setting_seconds("TDIST_TIMEOUT"); }
 RendezvousResult rendezvous(const std::string& init_method, int rank, int world_size,
                             milliseconds timeout) {
   const Deadline deadline = Deadline::after(timeout);
-  const InitSpec spec = rendezvous_detail::parse_init_method(init_method, rank, world_size);
+  InitSpec spec = rendezvous_detail::parse_init_method(init_method, rank, world_size);
   std::shared_ptr<Store> store = open_store(spec, timeout, deadline);
   return join(std::move(store), spec.rank, spec.world_size, timeout, deadline, describe(spec));
 }

@@ -7,8 +7,10 @@
 // $ENV_WORKER_OUT_DIR/rank_<RANK>.env when that is set (written to a temporary name and
 // renamed, so a reader never sees half a file), else to stdout as "env <RANK>: NAME=value"
 // lines in one write(2), so ranks sharing a terminal never interleave within a report.
-// With --init it then joins the job: init_process_group("tcp") over env://, an all_reduce
-// of its rank checked against world*(world-1)/2, a barrier and destroy_process_group.
+// With --init it then joins the job: init_process_group over env:// with the backend
+// $TDIST_TEST_BACKEND (default tcp), an all_reduce of its rank checked against
+// world*(world-1)/2, one of 2^20+3 floats (rank+1 each) checked against world*(world+1)/2
+// everywhere, a barrier and destroy_process_group.
 // Exit status: 0 on success, 1 with a message on stderr on any failure, 2 on bad usage.
 #include <unistd.h>
 
@@ -19,6 +21,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "tdist/distributed.h"
 #include "tdist/error.h"
@@ -82,13 +85,21 @@ void write_report(const std::string& rank) {
 }
 
 void join_and_check() {
-  tdist::init_process_group("tcp");
+  const char* backend = std::getenv("TDIST_TEST_BACKEND");
+  tdist::init_process_group(backend != nullptr && *backend != '\0' ? backend : "tcp");
   auto pg = tdist::get_default_group();
   int64_t value = pg->rank();
   pg->all_reduce(&value, 1, tdist::DType::kI64)->wait();
   int64_t world = pg->size();
   TDIST_CHECK(value == world * (world - 1) / 2, tdist::Error, "all_reduce of the ranks gave ",
               value, ", expected ", world * (world - 1) / 2, " for world size ", world);
+  std::vector<float> big((size_t{1} << 20) + 3, static_cast<float>(pg->rank() + 1));
+  pg->all_reduce(big.data(), big.size(), tdist::DType::kF32)->wait();
+  const auto expected = static_cast<float>(world * (world + 1) / 2);
+  for (size_t i = 0; i < big.size(); ++i) {
+    TDIST_CHECK(big[i] == expected, tdist::Error, "all_reduce of 2^20+3 floats gave ", big[i],
+                " at ", i, ", expected ", expected);
+  }
   pg->barrier()->wait();
   tdist::destroy_process_group();
 }

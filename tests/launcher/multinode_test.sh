@@ -197,16 +197,18 @@ check_reports() {
   done
 }
 
-# Scenario 1: 3 nodes x 2 workers, started together; the workers join one process group.
+# Scenario 1: 3 nodes x 2 workers, started together; the workers join one process group
+# of the `auto` backend (shared memory between the two workers of a node, TCP between
+# nodes).
 begin s1
 for i in 0 1 2; do
   mkdir -p "$scenario_dir/env$i"
-  launch "$i" "ENV_WORKER_OUT_DIR=$scenario_dir/env$i" -- \
+  launch "$i" "ENV_WORKER_OUT_DIR=$scenario_dir/env$i" TDIST_TEST_BACKEND=auto -- \
     --nnodes 3 --nproc-per-node 2 "${endpoint[@]}" "$bin/launcher_env_worker" --init
 done
 for i in 0 1 2; do expect_exit "$i" 0; done
 check_reports 6 3 0 "$scenario_dir"/env{0,1,2}
-end "1: 3 nodes x 2 workers agree on ranks 0..5, group ranks, run id and master"
+end "1: 3 nodes x 2 workers agree on ranks 0..5, group ranks, run id and master; auto backend"
 
 # Scenario 2: a node joining 3 s after the host, then the host coming 2 s after the other
 # node (which must keep trying to reach the store).

@@ -1,5 +1,5 @@
 // Real processes: this test hosts a TCPStoreServer on port 0 and starts 4 pg_worker
-// processes (env://, TDIST_USE_AGENT_STORE=1, the "tcp" backend).
+// processes (env://, TDIST_USE_AGENT_STORE=1, the backend under test: test_backend()).
 //  - Collectives: every collective once across processes, checked by the workers.
 //  - A rank SIGKILLs itself during a loop of 64 MiB all_reduces (group timeout 10 min):
 //    the survivors get PeerError within 5 s of the kill, and a later all_reduce fails at
@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "pg/pg_test_util.h"
 #include "support/spawn.h"
 #include "tdist/tcp_store.h"
 
@@ -55,7 +56,7 @@ class TempDir {
 
 // Starts one worker; argv and envp are built before fork (the child only execs).
 pid_t spawn(const std::string& mode, const std::string& dir, int rank, uint16_t port) {
-  std::vector<std::string> args = {TDIST_PG_WORKER, mode, dir};
+  std::vector<std::string> args = {TDIST_PG_WORKER, mode, dir, tdist::pg_test::test_backend()};
   std::vector<std::string> envs = test_support::environment_without(is_managed);
   envs.push_back("MASTER_ADDR=127.0.0.1");
   envs.push_back("MASTER_PORT=" + std::to_string(port));

@@ -65,13 +65,20 @@ bool is_a(std::exception_ptr e) {
 
 // ---- ranks as threads -----------------------------------------------------------------
 
+// The backend under test: TDIST_TEST_BACKEND (CTest registers the suites once per backend:
+// tcp, shm, auto), "tcp" when unset.
+inline std::string test_backend() {
+  const char* name = std::getenv("TDIST_TEST_BACKEND");
+  return name != nullptr && *name != '\0' ? name : "tcp";
+}
+
 // W groups of `backend`, one per rank, created concurrently (as the ranks of a job
 // would) over one HashStore. run() executes a function on one thread per rank; an
 // exception escaping it is a test failure naming the rank.
 class ThreadWorld {
  public:
   explicit ThreadWorld(int world, milliseconds timeout = seconds(30),
-                       const std::string& backend = "tcp")
+                       const std::string& backend = test_backend())
       : store_(std::make_shared<HashStore>()), groups_(static_cast<size_t>(world)) {
     BackendFactory factory = backend_factory(backend);
     std::vector<std::exception_ptr> errors = for_each_rank(world, [&](int r) {

@@ -1,5 +1,5 @@
 // One rank of pg_process_test: joins the default group through env:// (the test hosts
-// the store: TDIST_USE_AGENT_STORE=1) with the "tcp" backend and runs one scenario.
+// the store: TDIST_USE_AGENT_STORE=1) with the backend BACKEND and runs one scenario.
 //
 //   pg_worker collectives DIR   every collective once, results checked; exit 0 when right
 //   pg_worker kill DIR          64 MiB all_reduces in a loop; rank 2 writes DIR/event and
@@ -89,11 +89,11 @@ std::string type_of(std::exception_ptr e) {
   }
 }
 
-void run_collectives() {
+void run_collectives(const std::string& backend) {
   ProcessGroup& pg = *tdist::get_default_group();
   const int rank = pg.rank();
   const int w = pg.size();
-  CHECK_EQ(pg.backend_name(), std::string("tcp"));
+  CHECK_EQ(pg.backend_name(), backend);
 
   // all_reduce, an odd large count.
   std::vector<float> big((1 << 20) + 1, static_cast<float>(rank + 1));
@@ -223,18 +223,19 @@ void run_abort(const std::string& dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3) {
-    std::cerr << "usage: pg_worker collectives|kill|abort DIR\n";
+  if (argc < 4) {
+    std::cerr << "usage: pg_worker collectives|kill|abort DIR BACKEND\n";
     return 2;
   }
   const std::string mode = argv[1];
   const std::string dir = argv[2];
+  const std::string backend = argv[3];
   try {
     const auto timeout =
         mode == "collectives" ? std::chrono::milliseconds(60000) : std::chrono::minutes(10);
-    tdist::init_process_group("tcp", "env://", -1, -1, timeout);
+    tdist::init_process_group(backend, "env://", -1, -1, timeout);
     if (mode == "collectives") {
-      run_collectives();
+      run_collectives(backend);
     } else if (mode == "kill") {
       run_kill(dir);
     } else if (mode == "abort") {

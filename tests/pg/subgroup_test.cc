@@ -47,7 +47,7 @@ TEST(SubGroupTest, NewGroupOfEvenRanksTranslatesRanksAndSkipsNonMembers) {
     ASSERT_NE(evens, nullptr) << "rank " << rank;
     EXPECT_EQ(evens->size(), 3);
     EXPECT_EQ(evens->rank(), rank / 2);
-    EXPECT_EQ(evens->backend_name(), "tcp");
+    EXPECT_EQ(evens->backend_name(), test_backend());
     EXPECT_EQ(evens->global_ranks(), (std::vector<int>{0, 2, 4}));
     EXPECT_EQ(evens->global_rank(1), 2);
     EXPECT_EQ(evens->group_rank(4), 2);

@@ -1,0 +1,403 @@
+// MpiProcessGroup (mpi_group.h): the ordered worker and the collectives.
+#include "backends/mpi/mpi_group.h"
+
+#include <climits>
+#include <cstring>
+#include <numeric>
+#include <utility>
+
+#include "backends/error_context.h"
+#include "backends/mpi/mpi_runtime.h"
+#include "core/reduce_kernels.h"
+#include "tdist/error.h"
+
+namespace tdist::backends::mpi {
+namespace {
+
+// How long a queued operation waits for its caller before the worker takes it.
+constexpr std::chrono::microseconds kClaimDelay(50);
+
+size_t bytes_of(size_t count, DType dtype) { return count * dtype_size(dtype); }
+
+void check_buffer(const char* op, const char* name, const void* p, size_t count) {
+  TDIST_CHECK(p != nullptr || count == 0, InvalidArgument, op, ": ", name,
+              " is null but the count is ", count);
+}
+
+int to_int(const char* op, const char* what, size_t n) {
+  TDIST_CHECK(n <= static_cast<size_t>(INT_MAX), InvalidArgument, op, ": ", what, " ", n,
+              " exceeds MPI's int range (", INT_MAX, " elements)");
+  return static_cast<int>(n);
+}
+
+// MPI counts and displacements of back-to-back blocks.
+struct Layout {
+  std::vector<int> counts;
+  std::vector<int> displs;
+  size_t total = 0;
+};
+
+Layout layout(const char* op, std::span<const size_t> counts) {
+  Layout out;
+  for (size_t c : counts) {
+    out.counts.push_back(to_int(op, "count", c));
+    out.displs.push_back(to_int(op, "displacement", out.total));
+    out.total += c;
+  }
+  return out;
+}
+
+// The send side of a reduction: premul_sum multiplies a private copy (the caller's
+// buffer stays untouched), the in-place form is MPI_IN_PLACE where MPI allows it.
+class ReduceInput {
+ public:
+  ReduceInput(const void* send, const void* recv, size_t count, DType dtype, ReduceOp op,
+              bool in_place_allowed) {
+    if (op.kind == ReduceOpKind::kPremulSum) {
+      const auto* p = static_cast<const uint8_t*>(send);
+      copy_.assign(p, p + bytes_of(count, dtype));
+      core::premultiply(copy_.data(), count, dtype, op);
+      ptr_ = copy_.data();
+    } else if (in_place_allowed && send == recv) {
+      ptr_ = MPI_IN_PLACE;
+    } else {
+      ptr_ = send;
+    }
+  }
+  const void* get() const { return ptr_; }
+
+ private:
+  std::vector<uint8_t> copy_;
+  const void* ptr_ = nullptr;
+};
+
+}  // namespace
+
+MpiProcessGroup::MpiProcessGroup(MPI_Comm comm, std::shared_ptr<Store> store, int rank, int size,
+                                 std::chrono::milliseconds timeout, std::vector<int> global_ranks)
+    : ProcessGroup(std::move(store), rank, size, timeout, std::move(global_ranks)), comm_(comm) {
+  try {
+    check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    int mpi_rank = -1;
+    int mpi_size = -1;
+    check(MPI_Comm_rank(comm_, &mpi_rank), "MPI_Comm_rank");
+    check(MPI_Comm_size(comm_, &mpi_size), "MPI_Comm_size");
+    TDIST_CHECK(mpi_rank == rank && mpi_size == size, Error,
+                "mpi backend: the communicator has rank ", mpi_rank, " of ", mpi_size,
+                ", expected rank ", rank, " of ", size);
+    check(MPI_Comm_dup(comm_, &ctl_), "MPI_Comm_dup");
+  } catch (...) {
+    MPI_Comm_free(&comm_);
+    throw;
+  }
+  worker_ = std::thread([this] { run_worker(); });
+}
+
+MpiProcessGroup::~MpiProcessGroup() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized == 0) {
+    MPI_Comm_free(&ctl_);
+    MPI_Comm_free(&comm_);
+  }
+}
+
+// The Work of a queued collective: waiting on it without a deadline helps run the queue
+// (an MPI call cannot stop at a caller's deadline).
+class MpiProcessGroup::QueuedWork : public Work {
+ public:
+  QueuedWork(const char* op, std::weak_ptr<ProcessGroup> group)
+      : Work(op), group_(std::move(group)) {}
+
+ protected:
+  void poll(Deadline deadline) override {
+    if (!deadline.is_never()) return;
+    if (auto group = group_.lock()) static_cast<MpiProcessGroup&>(*group).run_queued_until(this);
+  }
+
+ private:
+  std::weak_ptr<ProcessGroup> group_;
+};
+
+WorkPtr MpiProcessGroup::enqueue(const char* op, std::function<void(MPI_Comm)> run) {
+  auto work = std::make_shared<QueuedWork>(op, weak_from_this());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(Task{next_seq_++, work, std::move(run), std::chrono::steady_clock::now()});
+  }
+  cv_.notify_one();
+  return work;
+}
+
+void MpiProcessGroup::run_worker() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [this] { return !running_ && (stopping_ || !queue_.empty()); });
+    if (queue_.empty()) return;  // stopping and drained
+    // A caller that waits at once runs its operation itself, without a hand-off: the
+    // worker leaves a new operation alone for kClaimDelay (unless stopping).
+    const uint64_t seq = queue_.front().seq;
+    const auto ready = queue_.front().queued + kClaimDelay;
+    if (!stopping_ && std::chrono::steady_clock::now() < ready) {
+      cv_.wait_until(lock, ready, [&] {
+        return stopping_ || running_ || queue_.empty() || queue_.front().seq != seq;
+      });
+      continue;  // look again: a caller may have taken it or be running something
+    }
+    Task task = std::move(queue_.front());
+    queue_.pop_front();
+    running_ = true;
+    lock.unlock();
+    execute(task);
+    lock.lock();
+    running_ = false;
+  }
+}
+
+void MpiProcessGroup::run_queued_until(const Work* work) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto queued = [&] {
+    for (const Task& t : queue_) {
+      if (t.work.get() == work) return true;
+    }
+    return false;
+  };
+  while (!running_ && queued()) {
+    Task task = std::move(queue_.front());
+    queue_.pop_front();
+    running_ = true;
+    lock.unlock();
+    execute(task);
+    lock.lock();
+    running_ = false;
+  }
+  const bool more = !queue_.empty() || stopping_;
+  lock.unlock();
+  if (more) cv_.notify_all();  // the worker may be waiting for running_ to clear
+}
+
+void MpiProcessGroup::execute(Task& task) {
+  const std::string where = describe(rank(), size(), "mpi", task.work->op(), task.seq);
+  std::exception_ptr earlier;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    earlier = aborted_;
+  }
+  if (earlier) {
+    task.work->finish(add_context(earlier, where + ": the group was aborted earlier: "));
+    return;
+  }
+  try {
+    task.run(comm_);
+    task.work->finish();
+  } catch (...) {
+    std::exception_ptr error = add_context(std::current_exception(), where + ": ");
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!aborted_) aborted_ = error;
+    }
+    task.work->finish(error);
+  }
+}
+
+void MpiProcessGroup::check_root(const char* op, int root) const {
+  TDIST_CHECK(root >= 0 && root < size(), InvalidArgument, op, ": root ", root, " is outside 0..",
+              size() - 1, " (group of ", size(), ")");
+}
+
+void MpiProcessGroup::check_peer(const char* op, int peer) const {
+  TDIST_CHECK(peer >= 0 && peer < size(), InvalidArgument, op, ": peer ", peer, " is outside 0..",
+              size() - 1, " (group of ", size(), ")");
+  TDIST_CHECK(peer != rank(), InvalidArgument, op, ": rank ", rank(),
+              " cannot send to or receive from itself");
+}
+
+WorkPtr MpiProcessGroup::all_reduce(const void* send, void* recv, size_t count, DType dtype,
+                                    ReduceOp op) {
+  validate(op, dtype);
+  check_buffer("all_reduce", "send", send, count);
+  check_buffer("all_reduce", "recv", recv, count);
+  const int n = to_int("all_reduce", "count", count);
+  const int world = size();
+  return enqueue("all_reduce", [=](MPI_Comm comm) {
+    ReduceInput in(send, recv, count, dtype, op, /*in_place_allowed=*/true);
+    check(MPI_Allreduce(in.get(), recv, n, datatype(dtype), reduce_op(dtype, op.kind), comm),
+          "MPI_Allreduce");
+    core::finish(recv, count, dtype, op, world);
+  });
+}
+
+WorkPtr MpiProcessGroup::broadcast(void* data, size_t count, DType dtype, int root) {
+  check_root("broadcast", root);
+  check_buffer("broadcast", "data", data, count);
+  const int n = to_int("broadcast", "count", count);
+  return enqueue("broadcast", [=](MPI_Comm comm) {
+    check(MPI_Bcast(data, n, datatype(dtype), root, comm), "MPI_Bcast");
+  });
+}
+
+WorkPtr MpiProcessGroup::reduce(const void* send, void* recv, size_t count, DType dtype,
+                                ReduceOp op, int root) {
+  validate(op, dtype);
+  check_root("reduce", root);
+  check_buffer("reduce", "send", send, count);
+  const bool is_root = rank() == root;
+  if (is_root) check_buffer("reduce", "recv", recv, count);
+  const int n = to_int("reduce", "count", count);
+  const int world = size();
+  return enqueue("reduce", [=](MPI_Comm comm) {
+    // MPI_IN_PLACE is the root's only; elsewhere recv is not significant (may be null).
+    ReduceInput in(send, recv, count, dtype, op, /*in_place_allowed=*/is_root);
+    check(MPI_Reduce(in.get(), recv, n, datatype(dtype), reduce_op(dtype, op.kind), root, comm),
+          "MPI_Reduce");
+    if (is_root) core::finish(recv, count, dtype, op, world);
+  });
+}
+
+WorkPtr MpiProcessGroup::all_gather(const void* send, void* recv, size_t count, DType dtype) {
+  check_buffer("all_gather", "send", send, count);
+  check_buffer("all_gather", "recv", recv, count);
+  const int n = to_int("all_gather", "count", count);
+  to_int("all_gather", "total count", count * static_cast<size_t>(size()));
+  const void* mine = static_cast<const uint8_t*>(recv) + bytes_of(count, dtype) * rank();
+  const void* src = count != 0 && send == mine ? MPI_IN_PLACE : send;
+  return enqueue("all_gather", [=](MPI_Comm comm) {
+    const MPI_Datatype t = datatype(dtype);
+    check(MPI_Allgather(src, n, t, recv, n, t, comm), "MPI_Allgather");
+  });
+}
+
+WorkPtr MpiProcessGroup::all_gatherv(const void* send, size_t send_count, void* recv,
+                                     std::span<const size_t> recv_counts, DType dtype) {
+  TDIST_CHECK(recv_counts.size() == static_cast<size_t>(size()), InvalidArgument,
+              "all_gatherv: ", recv_counts.size(), " recv counts given for a group of ", size());
+  const size_t me = static_cast<size_t>(rank());
+  TDIST_CHECK(recv_counts[me] == send_count, InvalidArgument, "all_gatherv: recv_counts[", rank(),
+              "] is ", recv_counts[me], " but this rank sends ", send_count);
+  Layout l = layout("all_gatherv", recv_counts);
+  check_buffer("all_gatherv", "send", send, send_count);
+  check_buffer("all_gatherv", "recv", recv, l.total);
+  const void* mine =
+      static_cast<const uint8_t*>(recv) + bytes_of(static_cast<size_t>(l.displs[me]), dtype);
+  const void* src = send_count != 0 && send == mine ? MPI_IN_PLACE : send;
+  return enqueue("all_gatherv", [=, l = std::move(l)](MPI_Comm comm) {
+    const MPI_Datatype t = datatype(dtype);
+    check(MPI_Allgatherv(src, l.counts[me], t, recv, l.counts.data(), l.displs.data(), t, comm),
+          "MPI_Allgatherv");
+  });
+}
+
+WorkPtr MpiProcessGroup::gather(const void* send, void* recv, size_t count, DType dtype, int root) {
+  check_root("gather", root);
+  check_buffer("gather", "send", send, count);
+  const bool is_root = rank() == root;
+  if (is_root) check_buffer("gather", "recv", recv, count);
+  const int n = to_int("gather", "count", count);
+  to_int("gather", "total count", count * static_cast<size_t>(size()));
+  const void* mine =
+      is_root ? static_cast<const uint8_t*>(recv) + bytes_of(count, dtype) * root : nullptr;
+  const void* src = is_root && count != 0 && send == mine ? MPI_IN_PLACE : send;
+  return enqueue("gather", [=](MPI_Comm comm) {
+    const MPI_Datatype t = datatype(dtype);
+    check(MPI_Gather(src, n, t, recv, n, t, root, comm), "MPI_Gather");
+  });
+}
+
+WorkPtr MpiProcessGroup::scatter(const void* send, void* recv, size_t count, DType dtype,
+                                 int root) {
+  check_root("scatter", root);
+  check_buffer("scatter", "recv", recv, count);
+  const bool is_root = rank() == root;
+  if (is_root) check_buffer("scatter", "send", send, count);
+  const int n = to_int("scatter", "count", count);
+  to_int("scatter", "total count", count * static_cast<size_t>(size()));
+  const void* mine =
+      is_root ? static_cast<const uint8_t*>(send) + bytes_of(count, dtype) * root : nullptr;
+  void* dst = is_root && count != 0 && recv == mine ? MPI_IN_PLACE : recv;
+  return enqueue("scatter", [=](MPI_Comm comm) {
+    const MPI_Datatype t = datatype(dtype);
+    check(MPI_Scatter(send, n, t, dst, n, t, root, comm), "MPI_Scatter");
+  });
+}
+
+WorkPtr MpiProcessGroup::reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
+                                        ReduceOp op) {
+  validate(op, dtype);
+  check_buffer("reduce_scatter", "send", send, count);
+  check_buffer("reduce_scatter", "recv", recv, count);
+  const int n = to_int("reduce_scatter", "count", count);
+  const size_t all = count * static_cast<size_t>(size());
+  to_int("reduce_scatter", "total count", all);
+  const int world = size();
+  return enqueue("reduce_scatter", [=](MPI_Comm comm) {
+    ReduceInput in(send, recv, all, dtype, op, /*in_place_allowed=*/false);
+    check(MPI_Reduce_scatter_block(in.get(), recv, n, datatype(dtype), reduce_op(dtype, op.kind),
+                                   comm),
+          "MPI_Reduce_scatter_block");
+    core::finish(recv, count, dtype, op, world);
+  });
+}
+
+// MPI forbids overlapping send and recv buffers: an in-place exchange sends from a copy.
+namespace {
+const void* unaliased(const void* send, const void* recv, size_t bytes,
+                      std::vector<uint8_t>& copy) {
+  if (send != recv || bytes == 0) return send;
+  const auto* p = static_cast<const uint8_t*>(send);
+  copy.assign(p, p + bytes);
+  return copy.data();
+}
+}  // namespace
+
+WorkPtr MpiProcessGroup::all_to_all(const void* send, void* recv, size_t count, DType dtype) {
+  check_buffer("all_to_all", "send", send, count);
+  check_buffer("all_to_all", "recv", recv, count);
+  const int n = to_int("all_to_all", "count", count);
+  const size_t all = count * static_cast<size_t>(size());
+  to_int("all_to_all", "total count", all);
+  return enqueue("all_to_all", [=](MPI_Comm comm) {
+    std::vector<uint8_t> copy;
+    const void* src = unaliased(send, recv, bytes_of(all, dtype), copy);
+    const MPI_Datatype t = datatype(dtype);
+    check(MPI_Alltoall(src, n, t, recv, n, t, comm), "MPI_Alltoall");
+  });
+}
+
+WorkPtr MpiProcessGroup::all_to_allv(const void* send, std::span<const size_t> send_counts,
+                                     void* recv, std::span<const size_t> recv_counts, DType dtype) {
+  TDIST_CHECK(send_counts.size() == static_cast<size_t>(size()) &&
+                  recv_counts.size() == static_cast<size_t>(size()),
+              InvalidArgument, "all_to_allv: ", send_counts.size(), " send and ",
+              recv_counts.size(), " recv counts given for a group of ", size());
+  Layout s = layout("all_to_allv", send_counts);
+  Layout r = layout("all_to_allv", recv_counts);
+  check_buffer("all_to_allv", "send", send, s.total);
+  check_buffer("all_to_allv", "recv", recv, r.total);
+  return enqueue("all_to_allv", [=, s = std::move(s), r = std::move(r)](MPI_Comm comm) {
+    std::vector<uint8_t> copy;
+    const void* src = unaliased(send, recv, bytes_of(s.total, dtype), copy);
+    const MPI_Datatype t = datatype(dtype);
+    check(MPI_Alltoallv(src, s.counts.data(), s.displs.data(), t, recv, r.counts.data(),
+                        r.displs.data(), t, comm),
+          "MPI_Alltoallv");
+  });
+}
+
+WorkPtr MpiProcessGroup::barrier() {
+  return enqueue("barrier", [](MPI_Comm comm) { check(MPI_Barrier(comm), "MPI_Barrier"); });
+}
+
+void MpiProcessGroup::abort() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (aborted_) return;
+  aborted_ = std::make_exception_ptr(PeerError(describe(rank(), size(), "mpi", "abort", next_seq_) +
+                                               ": the group was aborted by the user"));
+}
+
+}  // namespace tdist::backends::mpi

@@ -1,0 +1,271 @@
+// Engine: waiting and driving, the sleep in poll(), abort and destruction.
+#include "transport/shm/engine.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+
+#include "tdist/error.h"
+#include "tdist/logging.h"
+
+namespace tdist::transport::shm {
+namespace {
+
+// How long destruction may spend flushing sends whose Requests were dropped unfinished.
+constexpr auto kFlushAtCloseTimeout = std::chrono::seconds(2);
+
+std::string what_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
+}  // namespace
+
+// The driver role, held by one thread at a time; released (and the sleepers told, so
+// that one of them takes over) when the lease goes out of scope.
+class Engine::DriverLease {
+ public:
+  // Takes the role when it is free; `held()` says whether it did.
+  explicit DriverLease(Engine& engine) : engine_(engine) {
+    std::lock_guard<std::mutex> lock(engine_.wait_mu_);
+    held_ = !engine_.driving_;
+    engine_.driving_ = true;
+  }
+  // Adopts the role already taken under wait_mu_.
+  DriverLease(Engine& engine, bool held) : engine_(engine), held_(held) {}
+  ~DriverLease() {
+    if (!held_) return;
+    std::lock_guard<std::mutex> lock(engine_.wait_mu_);
+    engine_.driving_ = false;
+    if (engine_.sleepers_.load() > 0) engine_.wait_cv_.notify_all();
+  }
+  DriverLease(const DriverLease&) = delete;
+  DriverLease& operator=(const DriverLease&) = delete;
+  bool held() const { return held_; }
+
+ private:
+  Engine& engine_;
+  bool held_;
+};
+
+Engine::Engine(int rank, int size, std::vector<PeerLink> links)
+    : rank_(rank), size_(size), peers_(static_cast<size_t>(size)) {
+  wake_ = net::Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!wake_)
+    TDIST_THROW(Error, "shared-memory transport: eventfd failed: ", net::errno_text(errno));
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer != rank) peers_[peer] = std::make_unique<Peer>(rank, peer, std::move(links[peer]));
+  }
+}
+
+Engine::~Engine() {
+  destroying_ = true;
+  if (!aborted_.load()) {
+    // Sends whose Requests were dropped unfinished still belong to the rings.
+    auto queued = [this] {
+      for (const auto& peer : peers_) {
+        if (peer && peer->sends_queued()) return true;
+      }
+      return false;
+    };
+    if (queued()) {
+      DriverLease lease(*this);
+      if (lease.held()) drive([&] { return !queued(); }, Deadline::after(kFlushAtCloseTimeout));
+    }
+    for (auto& peer : peers_) {
+      if (peer) peer->say_goodbye();
+    }
+  }
+  auto error = std::make_exception_ptr(
+      PeerError(detail::str_cat("rank ", rank_, ": the Comm was destroyed")));
+  for (auto& peer : peers_) {
+    if (peer) peer->fail_all(error, /*tell_peer=*/false, {});
+  }
+}
+
+void Engine::check_args(const char* what, int peer, const void* data, size_t bytes) const {
+  TDIST_CHECK(peer >= 0 && peer < size_ && peer != rank_, InvalidArgument, "rank ", rank_, ": ",
+              what, " rank ", peer, ": not another rank of this group (size ", size_, ")");
+  TDIST_CHECK(data != nullptr || bytes == 0, InvalidArgument, "rank ", rank_, ": ", what, " rank ",
+              peer, ": null buffer for ", bytes, " bytes");
+}
+
+RequestPtr Engine::isend(int peer, uint64_t tag, const void* data, size_t bytes) {
+  check_args("isend to", peer, data, bytes);
+  std::string lost;
+  std::shared_ptr<Op> op = peers_[peer]->post_send(tag, data, bytes, &lost);
+  if (!lost.empty()) {
+    report(lost);
+  } else if (!op->done()) {
+    wake_driver();  // a sleeping driver must learn that this send waits for room
+  }
+  return std::make_unique<ShmRequest>(this, std::move(op));
+}
+
+RequestPtr Engine::irecv(int peer, uint64_t tag, void* data, size_t bytes) {
+  check_args("irecv from", peer, data, bytes);
+  return std::make_unique<ShmRequest>(this, peers_[peer]->post_recv(tag, data, bytes));
+}
+
+void Engine::abort(std::exception_ptr reason) {
+  if (!reason) {
+    reason = std::make_exception_ptr(
+        PeerError(detail::str_cat("rank ", rank_, ": the Comm was aborted")));
+  }
+  abort_with(reason, /*log=*/false);
+}
+
+std::exception_ptr Engine::error() const {
+  std::lock_guard<std::mutex> lock(error_mu_);
+  return error_;
+}
+
+void Engine::cancel(Op& op) { peers_[op.peer]->cancel(op); }
+
+bool Engine::wait_for(const Op& op, Deadline deadline) {
+  std::unique_lock<std::mutex> lock(wait_mu_);
+  while (!op.done()) {
+    if (!driving_) {
+      driving_ = true;
+      lock.unlock();
+      DriverLease lease(*this, true);
+      return drive([&] { return op.done(); }, deadline);
+    }
+    if (deadline.expired()) return false;
+    // Counted before the re-check, so a completer either sees a sleeper (and notifies under
+    // the lock) or this thread sees the completion.
+    sleepers_.fetch_add(1);
+    if (!op.done() && driving_) {
+      if (deadline.is_never()) {
+        wait_cv_.wait(lock);
+      } else {
+        wait_cv_.wait_until(lock, deadline.time());
+      }
+    }
+    sleepers_.fetch_sub(1);
+  }
+  return true;
+}
+
+void Engine::try_progress(const Op& op) {
+  DriverLease lease(*this);
+  if (lease.held()) drive([&] { return op.done(); }, Deadline::after(Clock::duration::zero()));
+}
+
+template <typename Done>
+bool Engine::drive(Done done, Deadline deadline) {
+  while (true) {
+    Progress progress = progress_pass();
+    if (progress.completed > 0) notify_waiters();
+    if (done()) return true;
+    if (aborted_.load()) return done();
+    if (progress.moved) continue;
+    if (!sleep(deadline)) return done();
+  }
+}
+
+Progress Engine::progress_pass() {
+  Progress progress;
+  std::string lost;
+  for (auto& peer : peers_) {
+    if (peer && lost.empty()) progress += peer->flush(&lost);
+  }
+  for (auto& peer : peers_) {
+    if (peer && lost.empty()) progress += peer->drain(&lost);
+  }
+  if (!lost.empty()) report(lost);
+  return progress;
+}
+
+bool Engine::sleep(Deadline deadline) {
+  driver_sleeping_.store(true);
+  for (auto& peer : peers_) {
+    if (peer) peer->arm_sleep();
+  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  bool ready = aborted_.load();
+  for (auto& peer : peers_) {
+    if (!ready && peer) ready = peer->ready();
+  }
+  bool timed_out = false;
+  std::string lost;
+  if (!ready) {
+    std::vector<pollfd> fds{{wake_.get(), POLLIN, 0}};
+    std::vector<Peer*> polled;
+    for (auto& peer : peers_) {
+      if (!peer || !peer->pollable()) continue;
+      fds.push_back({peer->socket(), POLLIN, 0});
+      polled.push_back(peer.get());
+    }
+    int n = ::poll(fds.data(), fds.size(), deadline.poll_timeout_ms());
+    if (n < 0 && errno != EINTR) {
+      lost = detail::str_cat("rank ", rank_,
+                             ": shared-memory transport poll failed: ", net::errno_text(errno));
+    }
+    timed_out = n == 0 && deadline.expired();
+    if (n > 0 && fds[0].revents != 0) {
+      uint64_t count = 0;
+      (void)!::read(wake_.get(), &count, sizeof(count));
+    }
+    for (size_t i = 0; n > 0 && i < polled.size() && lost.empty(); ++i) {
+      if (fds[i + 1].revents != 0) polled[i]->read_control(&lost);
+    }
+  }
+  for (auto& peer : peers_) {
+    if (peer) peer->disarm_sleep();
+  }
+  driver_sleeping_.store(false);
+  if (!lost.empty()) {
+    // What a dead peer wrote before it died is still in its ring (a socket delivers the
+    // bytes before the EOF too): take it, then abort.
+    if (progress_pass().completed > 0) notify_waiters();
+    report(lost);
+  }
+  return !timed_out;
+}
+
+void Engine::notify_waiters() {
+  if (sleepers_.load() == 0) return;
+  std::lock_guard<std::mutex> lock(wait_mu_);
+  wait_cv_.notify_all();
+}
+
+void Engine::wake_driver() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!driver_sleeping_.load()) return;
+  uint64_t one = 1;
+  (void)!::write(wake_.get(), &one, sizeof(one));  // a saturated counter still wakes it
+}
+
+void Engine::report(const std::string& lost) {
+  abort_with(std::make_exception_ptr(PeerError(lost)), /*log=*/true);
+}
+
+void Engine::abort_with(const std::exception_ptr& reason, bool log) {
+  {
+    std::lock_guard<std::mutex> lock(error_mu_);
+    if (error_) return;
+    error_ = reason;
+  }
+  const std::string text = what_of(reason);
+  if (log && !destroying_) TDIST_LOG(kWarn) << "shared-memory transport aborted: " << text;
+  for (auto& peer : peers_) {
+    if (peer) peer->fail_all(reason, /*tell_peer=*/true, text);
+  }
+  // Only now: a driver that sees aborted_ finds every pending Op completed.
+  aborted_ = true;
+  uint64_t one = 1;
+  (void)!::write(wake_.get(), &one, sizeof(one));
+  std::lock_guard<std::mutex> lock(wait_mu_);
+  wait_cv_.notify_all();
+}
+
+}  // namespace tdist::transport::shm

@@ -1,0 +1,75 @@
+// Requests of the shared-memory transport: the state of one send or receive (Op) and the
+// Request handed to the caller.
+//
+// Ownership: an Op is shared (shared_ptr) by the caller's ShmRequest and, while pending,
+// by its Peer's queues; the caller's buffer is only borrowed. Completion happens exactly
+// once, under the owning Peer's lock for that direction (or in abort), and is published
+// with a seq_cst store, so a waiter that sees it done also sees the bytes and the error.
+// Waiting: ShmRequest::wait hands the Op to the Engine (engine.h), which either drives the
+// whole Comm's progress on this thread or sleeps until another driver completes the Op.
+// Thread-safety: complete/done may race freely; one ShmRequest is used by one thread at a
+// time. Destroying a pending ShmRequest cancels it (a receive is withdrawn, a partly
+// written send keeps its payload in a private copy until it is out).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+
+#include "transport/comm.h"
+
+namespace tdist::transport::shm {
+
+class Engine;
+
+class Op {
+ public:
+  Op(int peer_rank, bool send, uint64_t op_tag, void* buffer, size_t size)
+      : peer(peer_rank),
+        is_send(send),
+        tag(op_tag),
+        data(static_cast<uint8_t*>(buffer)),
+        bytes(size) {}
+
+  bool done() const { return done_.load(std::memory_order_seq_cst); }
+  // Marks done with `error` (null = success). Call once.
+  void complete(std::exception_ptr error) {
+    error_ = std::move(error);
+    done_.store(true, std::memory_order_seq_cst);
+  }
+  // The error, valid once done().
+  const std::exception_ptr& error() const { return error_; }
+  // "send to rank 3 (tag 0x.., 8 bytes)".
+  std::string describe() const;
+
+  const int peer;
+  const bool is_send;
+  const uint64_t tag;
+  uint8_t* data;  // a send's payload moves to `owned` when it is cancelled part-way
+  const size_t bytes;
+  // Send only: bytes of the message's ring footprint (ring.h) written so far.
+  uint64_t sent = 0;
+  std::unique_ptr<uint8_t[]> owned;
+
+ private:
+  std::atomic<bool> done_{false};
+  std::exception_ptr error_;
+};
+
+class ShmRequest final : public Request {
+ public:
+  // `engine` owns the Peer the Op went to.
+  ShmRequest(Engine* engine, std::shared_ptr<Op> op) : engine_(engine), op_(std::move(op)) {}
+  ~ShmRequest() override;
+  void wait(Deadline deadline) override;
+  bool test() override;
+
+ private:
+  Engine* engine_;
+  std::shared_ptr<Op> op_;
+};
+
+}  // namespace tdist::transport::shm

@@ -1,0 +1,85 @@
+// Ring: the layout of one shared-memory byte ring (one per ordered pair of ranks) and the
+// wrap-aware copies in and out of it.
+//
+// The ring lives in a memfd created by its sender (setup.h) and mapped by both processes:
+// a 4 KiB control page, then `capacity` bytes of data. It is a single-producer,
+// single-consumer byte stream: `head` (bytes ever published, written only by the sender)
+// and `tail` (bytes ever consumed, written only by the receiver) are monotonic 64-bit
+// counters on separate cache lines, so the two sides never write the same line. Data is
+// published with release stores of head/tail and read after acquire loads.
+//
+// Framing: each message is a 16-byte header {tag, bytes} followed by its payload, padded
+// so that the next header starts on a 64-byte boundary (a header never wraps, a payload
+// starts cache-line aligned and may wrap). A payload larger than the ring is streamed: the
+// sender writes as space frees up and the receiver consumes as bytes arrive.
+//
+// Sleeping without lost wakeups (Dekker style): a side that can make no progress sets its
+// flag (`reader_sleeping` when it waits for head to move, `writer_sleeping` when it waits
+// for tail to move), issues a seq_cst fence and re-reads the other counter before it
+// blocks in poll(); the other side, after publishing its counter, issues a seq_cst fence
+// and clears a set flag, and whoever cleared it writes one wake byte to the pair's unix
+// socket. Either the sleeper sees the new counter or the publisher sees the flag.
+// Thread-safety: the struct is shared between two processes; each field has one writer
+// (above); callers serialise each side with their own locks.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace tdist::transport::shm {
+
+inline constexpr uint64_t kRingMagic = 0x676e6952'4d536474ull;  // "tdSMRing"
+inline constexpr size_t kRingControlBytes = 4096;
+inline constexpr size_t kMessageAlign = 64;
+inline constexpr size_t kMessageHeaderBytes = 16;
+// Smallest and largest data area accepted (TDIST_SHM_RING_BYTES is clamped to these).
+inline constexpr size_t kMinRingBytes = 4096;
+inline constexpr size_t kMaxRingBytes = size_t{1} << 30;
+
+struct alignas(64) RingControl {
+  // Written once by the creator before the memfd is passed on.
+  uint64_t magic;
+  uint64_t capacity;
+  // The sender's cache line.
+  alignas(64) std::atomic<uint64_t> head;
+  std::atomic<uint32_t> writer_sleeping;
+  // The receiver's cache line.
+  alignas(64) std::atomic<uint64_t> tail;
+  std::atomic<uint32_t> reader_sleeping;
+};
+static_assert(sizeof(RingControl) <= kRingControlBytes);
+static_assert(std::atomic<uint64_t>::is_always_lock_free &&
+                  std::atomic<uint32_t>::is_always_lock_free,
+              "shared-memory counters must be lock-free to work across processes");
+
+// Bytes a message of `bytes` payload occupies in the ring (header, payload, padding).
+constexpr uint64_t footprint(uint64_t bytes) {
+  return (kMessageHeaderBytes + bytes + kMessageAlign - 1) / kMessageAlign * kMessageAlign;
+}
+
+// A mapped ring as seen by one side. Plain pointers into a mapping owned elsewhere.
+struct RingView {
+  RingControl* control = nullptr;
+  uint8_t* data = nullptr;
+  uint64_t capacity = 0;
+
+  // Copies `n` bytes to ring position `pos` (a monotonic counter), wrapping at the end.
+  void write(uint64_t pos, const void* src, size_t n) const {
+    const size_t at = static_cast<size_t>(pos % capacity);
+    const size_t first = std::min<size_t>(n, capacity - at);
+    std::memcpy(data + at, src, first);
+    if (first < n) std::memcpy(data, static_cast<const uint8_t*>(src) + first, n - first);
+  }
+  // Copies `n` bytes from ring position `pos` to `dst`, wrapping at the end.
+  void read(uint64_t pos, void* dst, size_t n) const {
+    const size_t at = static_cast<size_t>(pos % capacity);
+    const size_t first = std::min<size_t>(n, capacity - at);
+    std::memcpy(dst, data + at, first);
+    if (first < n) std::memcpy(static_cast<uint8_t*>(dst) + first, data, n - first);
+  }
+};
+
+}  // namespace tdist::transport::shm

@@ -1,0 +1,133 @@
+// The mpi backend's registration and the rendezvous layer's store agreement, in one
+// process (no mpirun): with MPI, "mpi" is registered; without, asking for it says how to
+// enable it. env:// without MASTER_ADDR/MASTER_PORT uses an installed agreement that
+// applies (a fake one here, standing in for MPI) and is unchanged otherwise.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "rendezvous/store_agreement.h"
+#include "tdist/backend.h"
+#include "tdist/error.h"
+#include "tdist/rendezvous.h"
+
+namespace tdist {
+namespace {
+
+using rendezvous_detail::StoreAgreement;
+
+// Unsets the rendezvous variables for a test (before any thread starts) and restores them.
+class CleanRendezvousEnv {
+ public:
+  CleanRendezvousEnv() {
+    for (const char* name : kNames) {
+      const char* v = std::getenv(name);
+      saved_.push_back(v ? std::optional<std::string>(v) : std::nullopt);
+      ::unsetenv(name);
+    }
+  }
+  ~CleanRendezvousEnv() {
+    for (size_t i = 0; i < std::size(kNames); ++i) {
+      if (saved_[i])
+        ::setenv(kNames[i], saved_[i]->c_str(), 1);
+      else
+        ::unsetenv(kNames[i]);
+    }
+    rendezvous_detail::install_store_agreement(StoreAgreement{});
+  }
+
+ private:
+  static constexpr const char* kNames[] = {"MASTER_ADDR", "MASTER_PORT", "TDIST_AGENT_STORE",
+                                           "TDIST_USE_AGENT_STORE", "TORCHELASTIC_USE_AGENT_STORE"};
+  std::vector<std::optional<std::string>> saved_;
+};
+
+TEST(MpiRegistryTest, MpiIsRegisteredExactlyWhenBuiltWithMpi) {
+#if TDIST_HAVE_MPI
+  EXPECT_TRUE(has_backend("mpi"));
+  EXPECT_TRUE(has_backend("MPI"));
+#else
+  EXPECT_FALSE(has_backend("mpi"));
+  try {
+    backend_factory("mpi");
+    ADD_FAILURE() << "backend_factory(\"mpi\") succeeded in a build without MPI";
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("built without MPI"), std::string::npos) << what;
+    EXPECT_NE(what.find("apt-get install libopenmpi-dev openmpi-bin"), std::string::npos) << what;
+  }
+#endif
+  // Other unknown names get no MPI hint.
+  try {
+    backend_factory("nccl");
+    ADD_FAILURE() << "backend_factory(\"nccl\") succeeded";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(std::string(e.what()).find("MPI"), std::string::npos) << e.what();
+  }
+}
+
+TEST(MpiRegistryTest, EnvWithoutMasterUsesAnApplicableAgreement) {
+  CleanRendezvousEnv env;
+  has_backend("mpi");  // the registry's first use installs the real agreement, if any
+  int hosted = 0;
+  rendezvous_detail::install_store_agreement(
+      StoreAgreement{"fake", [] { return true; },
+                     [&](const std::function<uint16_t()>& host_store) {
+                       ++hosted;
+                       return "127.0.0.1:" + std::to_string(host_store());
+                     }});
+  RendezvousResult r = rendezvous("env://?rank=0&world_size=1", -1, -1, std::chrono::seconds(10));
+  EXPECT_EQ(hosted, 1);
+  ASSERT_NE(r.store, nullptr);
+  r.store->set("k", "v");
+  EXPECT_EQ(to_string(r.store->get("k")), "v");
+}
+
+TEST(MpiRegistryTest, AgreementIsNotUsedWhenItDoesNotApplyOrOneVariableIsSet) {
+  CleanRendezvousEnv env;
+  bool called = false;
+  rendezvous_detail::install_store_agreement(StoreAgreement{"fake", [] { return false; },
+                                                            [&](const std::function<uint16_t()>&) {
+                                                              called = true;
+                                                              return std::string("127.0.0.1:1");
+                                                            }});
+  try {
+    rendezvous("env://?rank=0&world_size=1", -1, -1, std::chrono::seconds(5));
+    ADD_FAILURE() << "env:// without MASTER_ADDR succeeded";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("MASTER_ADDR"), std::string::npos) << e.what();
+  }
+  // An applicable agreement, but MASTER_ADDR alone is set: still an error about MASTER_PORT.
+  rendezvous_detail::install_store_agreement(StoreAgreement{"fake", [] { return true; },
+                                                            [&](const std::function<uint16_t()>&) {
+                                                              called = true;
+                                                              return std::string("127.0.0.1:1");
+                                                            }});
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  try {
+    rendezvous("env://?rank=0&world_size=1", -1, -1, std::chrono::seconds(5));
+    ADD_FAILURE() << "env:// without MASTER_PORT succeeded";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("MASTER_PORT"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(called);
+}
+
+TEST(MpiRegistryTest, AnAgreementErrorReachesTheCaller) {
+  CleanRendezvousEnv env;
+  rendezvous_detail::install_store_agreement(
+      StoreAgreement{"fake", [] { return true; },
+                     [](const std::function<uint16_t()>&) -> std::string {
+                       TDIST_THROW(Error, "the launcher's channel is down");
+                     }});
+  try {
+    rendezvous("env://?rank=0&world_size=1", -1, -1, std::chrono::seconds(5));
+    ADD_FAILURE() << "rendezvous succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("channel is down"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tdist
