@@ -11,7 +11,8 @@
 # per process (the largest over the ranks), also for world 2 with the `tcp` backend
 # (loopback TCP instead of shared memory), with gradient_as_bucket_view and, for the MLP,
 # without DDP: the plain model with each gradient all_reduced in place after backward (no
-# buckets, no overlap, no copies: the memory baseline for DDP).
+# buckets, no overlap, no copies: the memory baseline for DDP), and two plain world-1
+# processes at once (no communication: the scaling ceiling of this machine).
 # PyTorch's side is ../shared/anchors/torch_ddp_mlp.py and torch_ddp.py (ANCHORS=dir to
 # point elsewhere), run with /usr/bin/python3 (python3-torch).
 # Needs: a build with the ddp_bench and tdistrun targets (LibTorch found).
@@ -84,6 +85,33 @@ tdist_run() {
   fi
 }
 
+# pair MODEL: two plain world-1 processes at once, no communication at all: the ceiling of
+# world-2 scaling on this machine (two ranks share the memory bandwidth and caches, and
+# other work on the machine slows whichever rank it lands on). Recorded as world 2 with
+# the two processes' samples/s added.
+pair() {
+  local model=$1 a b
+  a=$(mktemp -p "$tmp") b=$(mktemp -p "$tmp")
+  "$bench" --model "$model" --steps "$steps" >"$a" 2>&1 &
+  local pid=$!
+  "$bench" --model "$model" --steps "$steps" >"$b" 2>&1 || {
+    cat "$b" >&2
+    exit 1
+  }
+  wait "$pid" || {
+    cat "$a" >&2
+    exit 1
+  }
+  local rates steps_ms
+  rates=$(sed -n 's/.*samples_per_s=\([0-9.]*\).*/\1/p' "$a" "$b")
+  steps_ms=$(sed -n 's/.*step_ms=\([0-9.]*\).*/\1/p' "$a" "$b")
+  local rate step
+  rate=$(awk '{s += $1} END {print s}' <<<"$rates")
+  step=$(awk '{s += $1} END {print s / NR}' <<<"$steps_ms")
+  echo "ceiling $model 2 $step $rate -" >>"$results"
+  echo "  two independent $model processes: step ${step} ms, ${rate} samples/s together"
+}
+
 for ((r = 1; r <= rounds; ++r)); do
   echo "== round $r of $rounds"
   for model in mlp cnn; do
@@ -94,6 +122,7 @@ for ((r = 1; r <= rounds; ++r)); do
     tdist_run "$model" 2
     run torch "$model" 2 "$python" "$script" 2 "$steps"
     tdist_run "$model" 2 --backend tcp
+    pair "$model"
     tdist_run "$model" 2 --bucket-view
     if [[ $model == mlp ]]; then tdist_run "$model" 2 --manual; fi
   done
@@ -115,7 +144,7 @@ for line in open(sys.argv[1]):
     rows.setdefault((variant, model, int(world)), []).append((float(step), float(rate), rss))
 names = {"tdist": "tdist DDP (auto)", "tdist-tcp": "tdist DDP (tcp)",
          "tdist-view": "tdist DDP, bucket view", "tdist-manual": "tdist, no DDP, all_reduce",
-         "torch": "PyTorch DDP (gloo)"}
+         "torch": "PyTorch DDP (gloo)", "ceiling": "2 processes, no comm"}
 print(f"{'model':8} {'implementation':26} {'world':>5} {'step ms':>8} {'samples/s':>10} "
       f"{'scaling':>8} {'peak RSS MB':>12}")
 for (variant, model, world), runs in rows.items():
