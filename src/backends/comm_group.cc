@@ -52,20 +52,13 @@ CommProcessGroup::CommProcessGroup(std::string backend, CommFactory factory,
                                    std::chrono::milliseconds timeout, std::vector<int> global_ranks)
     : ProcessGroup(std::move(store), rank, size, timeout, std::move(global_ranks)),
       backend_(std::move(backend)),
-      factory_(std::move(factory)) {
-  comm_ = factory_(this->store(), rank, size, timeout);
+      factory_(std::move(factory)),
+      comm_(factory_(this->store(), rank, size, timeout)),
+      ops_(std::chrono::microseconds(0), timeout) {
   TDIST_CHECK(comm_ != nullptr, Error, backend_, ": the transport factory returned null");
-  worker_ = std::thread([this] { run_worker(); });
 }
 
-CommProcessGroup::~CommProcessGroup() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  worker_.join();
-}
+CommProcessGroup::~CommProcessGroup() { ops_.stop(); }
 
 std::shared_ptr<ProcessGroup> CommProcessGroup::make_subgroup(std::shared_ptr<Store> store,
                                                               int rank, int size,
@@ -74,88 +67,28 @@ std::shared_ptr<ProcessGroup> CommProcessGroup::make_subgroup(std::shared_ptr<St
                                             timeout(), std::move(global_ranks));
 }
 
-// The Work of a queued collective: waiting on it helps run the queue.
-class CommProcessGroup::QueuedWork : public Work {
- public:
-  QueuedWork(const char* op, std::weak_ptr<ProcessGroup> group)
-      : Work(op), group_(std::move(group)) {}
-
- protected:
-  void poll(Deadline deadline) override {
-    auto group = group_.lock();
-    if (!group) return;
-    // Running an operation cannot stop at the caller's deadline, only at the group's
-    // timeout: help only when the caller is willing to wait that long.
-    if (deadline.is_never() || deadline.remaining() >= group->timeout()) {
-      static_cast<CommProcessGroup&>(*group).run_queued_until(this);
-    }
-  }
-
- private:
-  std::weak_ptr<ProcessGroup> group_;
-};
-
 WorkPtr CommProcessGroup::enqueue(const char* op, std::function<void(const coll::Ctx&)> run) {
-  auto work = std::make_shared<QueuedWork>(op, weak_from_this());
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(Task{next_seq_++, work, std::move(run)});
-  }
-  cv_.notify_one();
+  auto work = std::make_shared<QueuedWork>(op, weak_from_this(), ops_);
+  ops_.push(work,
+            [this, w = work.get(), run = std::move(run)](uint64_t seq) { execute(seq, *w, run); });
   return work;
 }
 
-void CommProcessGroup::run_worker() {
-  std::unique_lock<std::mutex> lock(mu_);
-  for (;;) {
-    cv_.wait(lock, [this] { return (stopping_ && !running_) || (!queue_.empty() && !running_); });
-    if (queue_.empty()) return;  // stopping and drained
-    Task task = std::move(queue_.front());
-    queue_.pop_front();
-    running_ = true;
-    lock.unlock();
-    execute(task);
-    lock.lock();
-    running_ = false;
-  }
-}
-
-void CommProcessGroup::run_queued_until(const Work* work) {
-  std::unique_lock<std::mutex> lock(mu_);
-  auto queued = [&] {
-    for (const Task& t : queue_) {
-      if (t.work.get() == work) return true;
-    }
-    return false;
-  };
-  while (!running_ && queued()) {
-    Task task = std::move(queue_.front());
-    queue_.pop_front();
-    running_ = true;
-    lock.unlock();
-    execute(task);
-    lock.lock();
-    running_ = false;
-  }
-  const bool more = !queue_.empty();
-  lock.unlock();
-  if (more) cv_.notify_all();  // the worker may be waiting for running_ to clear
-}
-
-void CommProcessGroup::execute(Task& task) {
-  auto where = [&] { return describe(rank(), size(), backend_, task.work->op(), task.seq); };
+void CommProcessGroup::execute(uint64_t seq, Work& work,
+                               const std::function<void(const coll::Ctx&)>& run) {
+  auto where = [&] { return describe(rank(), size(), backend_, work.op(), seq); };
   if (std::exception_ptr failed = comm_->error()) {
-    task.work->finish(add_context(failed, where() + ": the group was aborted earlier: "));
+    work.finish(add_context(failed, where() + ": the group was aborted earlier: "));
     return;
   }
   try {
-    coll::Ctx ctx{*comm_, task.seq, Deadline::after(timeout())};
-    task.run(ctx);
-    task.work->finish();
+    coll::Ctx ctx{*comm_, seq, Deadline::after(timeout())};
+    run(ctx);
+    work.finish();
   } catch (...) {
     std::exception_ptr error = add_context(std::current_exception(), where() + ": ");
     comm_->abort(error);
-    task.work->finish(error);
+    work.finish(error);
   }
 }
 
@@ -281,11 +214,7 @@ WorkPtr CommProcessGroup::barrier() {
 }
 
 void CommProcessGroup::abort() {
-  uint64_t seq = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    seq = next_seq_;
-  }
+  const uint64_t seq = ops_.next_seq();
   comm_->abort(std::make_exception_ptr(PeerError(describe(rank(), size(), backend_, "abort", seq) +
                                                  ": the group was aborted by the user")));
 }

@@ -1,14 +1,14 @@
 // CommProcessGroup: a ProcessGroup over any transport::Comm, running the algorithms of
-// src/collectives. The tcp backend (and later shm) are this class with their own
+// src/collectives. The tcp, shm and auto backends are this class with their own
 // CommFactory.
 //
 // Execution: collectives are validated on the calling thread (InvalidArgument before
 // anything is sent), numbered in call order (the sequence number tags every message),
-// and run one at a time, in that order, by the group's worker thread, which blocks
-// (never spins) while it waits. A thread that waits on a Work whose operation has not
-// started runs the queued operations up to it itself (in order), so the common
-// `all_reduce(...)->wait()` costs no hand-off between threads. Point-to-point operations go to the
-// transport directly from the calling thread and complete inside it.
+// and run one at a time, in that order, by the group's OpQueue (op_queue.h): its worker
+// thread, which blocks (never spins) while it waits, or a thread that waits on a Work
+// whose operation has not started, which runs the queued operations up to it itself, so
+// the common `all_reduce(...)->wait()` costs no hand-off between threads. Point-to-point
+// operations go to the transport directly from the calling thread and complete inside it.
 //
 // Failure: an operation that fails aborts the Comm, so every pending and later
 // operation of the group fails with the same error on this rank, and the peers notice
@@ -18,15 +18,12 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "backends/op_queue.h"
 #include "collectives/context.h"
 #include "tdist/process_group.h"
 #include "transport/comm.h"
@@ -74,34 +71,16 @@ class CommProcessGroup : public ProcessGroup {
                                               std::vector<int> global_ranks) override;
 
  private:
-  class QueuedWork;
-  struct Task {
-    uint64_t seq;
-    WorkPtr work;
-    std::function<void(const coll::Ctx&)> run;
-  };
-
-  // Numbers the operation and queues it for the worker.
+  // Numbers the operation and queues it (op_queue.h).
   WorkPtr enqueue(const char* op, std::function<void(const coll::Ctx&)> run);
-  void run_worker();
-  // Runs queued operations on the calling thread, in order, until `work`'s has run;
-  // returns at once when another thread is running one (the caller then just waits).
-  void run_queued_until(const Work* work);
-  void execute(Task& task);
+  void execute(uint64_t seq, Work& work, const std::function<void(const coll::Ctx&)>& run);
   void check_root(const char* op, int root) const;
   void check_peer(const char* op, int peer) const;
 
   const std::string backend_;
   const CommFactory factory_;
   std::unique_ptr<transport::Comm> comm_;
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Task> queue_;  // guarded by mu_
-  uint64_t next_seq_ = 0;   // guarded by mu_
-  bool stopping_ = false;   // guarded by mu_
-  bool running_ = false;    // an operation is executing; guarded by mu_
-  std::thread worker_;
+  OpQueue ops_;  // after comm_: stopped (drained) in the destructor, before comm_ goes
 };
 
 }  // namespace tdist::backends

@@ -75,7 +75,11 @@ class ReduceInput {
 
 MpiProcessGroup::MpiProcessGroup(MPI_Comm comm, std::shared_ptr<Store> store, int rank, int size,
                                  std::chrono::milliseconds timeout, std::vector<int> global_ranks)
-    : ProcessGroup(std::move(store), rank, size, timeout, std::move(global_ranks)), comm_(comm) {
+    : ProcessGroup(std::move(store), rank, size, timeout, std::move(global_ranks)),
+      comm_(comm),
+      // An MPI call cannot stop at a caller's deadline: only callers that wait without
+      // one run queued operations.
+      ops_(kClaimDelay, std::chrono::milliseconds::max()) {
   try {
     check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     int mpi_rank = -1;
@@ -90,16 +94,10 @@ MpiProcessGroup::MpiProcessGroup(MPI_Comm comm, std::shared_ptr<Store> store, in
     MPI_Comm_free(&comm_);
     throw;
   }
-  worker_ = std::thread([this] { run_worker(); });
 }
 
 MpiProcessGroup::~MpiProcessGroup() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  worker_.join();
+  ops_.stop();
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized == 0) {
@@ -108,101 +106,34 @@ MpiProcessGroup::~MpiProcessGroup() {
   }
 }
 
-// The Work of a queued collective: waiting on it without a deadline helps run the queue
-// (an MPI call cannot stop at a caller's deadline).
-class MpiProcessGroup::QueuedWork : public Work {
- public:
-  QueuedWork(const char* op, std::weak_ptr<ProcessGroup> group)
-      : Work(op), group_(std::move(group)) {}
-
- protected:
-  void poll(Deadline deadline) override {
-    if (!deadline.is_never()) return;
-    if (auto group = group_.lock()) static_cast<MpiProcessGroup&>(*group).run_queued_until(this);
-  }
-
- private:
-  std::weak_ptr<ProcessGroup> group_;
-};
-
 WorkPtr MpiProcessGroup::enqueue(const char* op, std::function<void(MPI_Comm)> run) {
-  auto work = std::make_shared<QueuedWork>(op, weak_from_this());
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(Task{next_seq_++, work, std::move(run), std::chrono::steady_clock::now()});
-  }
-  cv_.notify_one();
+  auto work = std::make_shared<QueuedWork>(op, weak_from_this(), ops_);
+  ops_.push(work,
+            [this, w = work.get(), run = std::move(run)](uint64_t seq) { execute(seq, *w, run); });
   return work;
 }
 
-void MpiProcessGroup::run_worker() {
-  std::unique_lock<std::mutex> lock(mu_);
-  for (;;) {
-    cv_.wait(lock, [this] { return !running_ && (stopping_ || !queue_.empty()); });
-    if (queue_.empty()) return;  // stopping and drained
-    // A caller that waits at once runs its operation itself, without a hand-off: the
-    // worker leaves a new operation alone for kClaimDelay (unless stopping).
-    const uint64_t seq = queue_.front().seq;
-    const auto ready = queue_.front().queued + kClaimDelay;
-    if (!stopping_ && std::chrono::steady_clock::now() < ready) {
-      cv_.wait_until(lock, ready, [&] {
-        return stopping_ || running_ || queue_.empty() || queue_.front().seq != seq;
-      });
-      continue;  // look again: a caller may have taken it or be running something
-    }
-    Task task = std::move(queue_.front());
-    queue_.pop_front();
-    running_ = true;
-    lock.unlock();
-    execute(task);
-    lock.lock();
-    running_ = false;
-  }
-}
-
-void MpiProcessGroup::run_queued_until(const Work* work) {
-  std::unique_lock<std::mutex> lock(mu_);
-  auto queued = [&] {
-    for (const Task& t : queue_) {
-      if (t.work.get() == work) return true;
-    }
-    return false;
-  };
-  while (!running_ && queued()) {
-    Task task = std::move(queue_.front());
-    queue_.pop_front();
-    running_ = true;
-    lock.unlock();
-    execute(task);
-    lock.lock();
-    running_ = false;
-  }
-  const bool more = !queue_.empty() || stopping_;
-  lock.unlock();
-  if (more) cv_.notify_all();  // the worker may be waiting for running_ to clear
-}
-
-void MpiProcessGroup::execute(Task& task) {
-  const std::string where = describe(rank(), size(), "mpi", task.work->op(), task.seq);
+void MpiProcessGroup::execute(uint64_t seq, Work& work, const std::function<void(MPI_Comm)>& run) {
+  const std::string where = describe(rank(), size(), "mpi", work.op(), seq);
   std::exception_ptr earlier;
   {
     std::lock_guard<std::mutex> lock(mu_);
     earlier = aborted_;
   }
   if (earlier) {
-    task.work->finish(add_context(earlier, where + ": the group was aborted earlier: "));
+    work.finish(add_context(earlier, where + ": the group was aborted earlier: "));
     return;
   }
   try {
-    task.run(comm_);
-    task.work->finish();
+    run(comm_);
+    work.finish();
   } catch (...) {
     std::exception_ptr error = add_context(std::current_exception(), where + ": ");
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!aborted_) aborted_ = error;
     }
-    task.work->finish(error);
+    work.finish(error);
   }
 }
 
@@ -396,8 +327,9 @@ WorkPtr MpiProcessGroup::barrier() {
 void MpiProcessGroup::abort() {
   std::lock_guard<std::mutex> lock(mu_);
   if (aborted_) return;
-  aborted_ = std::make_exception_ptr(PeerError(describe(rank(), size(), "mpi", "abort", next_seq_) +
-                                               ": the group was aborted by the user"));
+  aborted_ =
+      std::make_exception_ptr(PeerError(describe(rank(), size(), "mpi", "abort", ops_.next_seq()) +
+                                        ": the group was aborted by the user"));
 }
 
 }  // namespace tdist::backends::mpi

@@ -37,16 +37,14 @@
 #include <mpi.h>
 
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "backends/op_queue.h"
 #include "tdist/process_group.h"
 
 namespace tdist::backends::mpi {
@@ -90,18 +88,9 @@ class MpiProcessGroup : public ProcessGroup {
                                               std::vector<int> global_ranks) override;
 
  private:
-  class QueuedWork;
-  struct Task {
-    uint64_t seq;
-    WorkPtr work;
-    std::function<void(MPI_Comm)> run;
-    std::chrono::steady_clock::time_point queued;  // when the worker may take it
-  };
-
+  // Numbers the operation and queues it (op_queue.h).
   WorkPtr enqueue(const char* op, std::function<void(MPI_Comm)> run);
-  void run_worker();
-  void run_queued_until(const Work* work);
-  void execute(Task& task);
+  void execute(uint64_t seq, Work& work, const std::function<void(MPI_Comm)>& run);
   void check_root(const char* op, int root) const;
   void check_peer(const char* op, int peer) const;
 
@@ -109,13 +98,8 @@ class MpiProcessGroup : public ProcessGroup {
   MPI_Comm ctl_ = MPI_COMM_NULL;   // sub-group creation only
 
   std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Task> queue_;      // guarded by mu_
-  uint64_t next_seq_ = 0;       // guarded by mu_
-  bool stopping_ = false;       // guarded by mu_
-  bool running_ = false;        // an operation is executing; guarded by mu_
   std::exception_ptr aborted_;  // the error that aborted the group; guarded by mu_
-  std::thread worker_;
+  OpQueue ops_;                 // stopped (drained) in the destructor, before comm_ is freed
 };
 
 }  // namespace tdist::backends::mpi

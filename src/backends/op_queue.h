@@ -1,0 +1,88 @@
+// OpQueue: how the built-in process groups run their collectives: one at a time, in the
+// order they were issued (each numbered by the group's sequence), by the group's worker
+// thread, or by a caller that waits for one, which then runs the queue up to it itself
+// (so the common `all_reduce(...)->wait()` costs no hand-off between threads).
+// QueuedWork is the Work of such an operation: waiting on it helps run the queue.
+//
+// claim_delay: how long the worker leaves a newly queued operation to a caller that may
+// wait on it at once (0: the worker takes it at once). longest_op: how long one operation
+// can block; a caller helps only when it is willing to wait that long (operations cannot
+// stop at a caller's shorter deadline), else it just sleeps until the Work finishes.
+// Thread-safety: push and run_until may be called from any thread. Operations must finish
+// their Work (an exception escaping one is a bug: std::terminate). Destruction (or stop())
+// lets queued operations finish, then joins the worker.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "tdist/process_group.h"
+#include "tdist/work.h"
+
+namespace tdist::backends {
+
+class OpQueue {
+ public:
+  using Op = std::function<void(uint64_t seq)>;
+
+  OpQueue(std::chrono::microseconds claim_delay, std::chrono::milliseconds longest_op);
+  ~OpQueue();
+  OpQueue(const OpQueue&) = delete;
+  OpQueue& operator=(const OpQueue&) = delete;
+
+  // Numbers `op` (0, 1, ...) and queues it; `work` is the Work it finishes.
+  void push(WorkPtr work, Op op);
+  // Runs queued operations on the calling thread, in order, until `work`'s has run;
+  // returns at once when another thread is running one (the caller then just waits).
+  void run_until(const Work* work);
+  // Lets queued operations finish and joins the worker; idempotent.
+  void stop();
+
+  std::chrono::milliseconds longest_op() const { return longest_op_; }
+  // The number the next pushed operation gets.
+  uint64_t next_seq();
+
+ private:
+  struct Task {
+    uint64_t seq;
+    WorkPtr work;
+    Op op;
+    std::chrono::steady_clock::time_point queued;
+  };
+
+  void run_worker();
+  // Pops the front task and runs it with mu_ released; needs `lock` held.
+  void run_front(std::unique_lock<std::mutex>& lock);
+
+  const std::chrono::microseconds claim_delay_;
+  const std::chrono::milliseconds longest_op_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;  // guarded by mu_
+  uint64_t next_seq_ = 0;   // guarded by mu_
+  bool stopping_ = false;   // guarded by mu_
+  bool running_ = false;    // an operation is executing; guarded by mu_
+  std::thread worker_;
+};
+
+// The Work of an operation on an OpQueue owned by `group`.
+class QueuedWork : public Work {
+ public:
+  QueuedWork(const char* op, std::weak_ptr<ProcessGroup> group, OpQueue& queue)
+      : Work(op), group_(std::move(group)), queue_(&queue) {}
+
+ protected:
+  void poll(Deadline deadline) override;
+
+ private:
+  std::weak_ptr<ProcessGroup> group_;  // keeps queue_ alive while locked
+  OpQueue* queue_;
+};
+
+}  // namespace tdist::backends
