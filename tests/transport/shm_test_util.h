@@ -3,14 +3,10 @@
 // patterns and error_of come from tcp_test_util.h.
 #pragma once
 
-#include <exception>
 #include <functional>
 #include <memory>
-#include <thread>
-#include <vector>
 
 #include "tcp_test_util.h"
-#include "tdist/hash_store.h"
 #include "transport/comm.h"
 #include "transport/shm/shm_comm.h"
 
@@ -26,27 +22,15 @@ inline ShmCommOptions shm_options(size_t ring_bytes = kSmallRing) {
   return o;
 }
 
-// Runs body(comm) on `world` threads, one per rank, each with its own shared-memory Comm;
-// rethrows the first exception a rank threw (after every thread finished).
+// run_comm_ranks (tcp_test_util.h) over the shared-memory transport.
 inline void run_shm_ranks(int world, const std::function<void(Comm&)>& body,
                           const ShmCommOptions& options = shm_options()) {
-  auto store = std::make_shared<HashStore>();
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto comm = connect_shm_comm(store, r, world, options);
-        body(*comm);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  run_comm_ranks(
+      world,
+      [&](std::shared_ptr<Store> store, int r, int w) {
+        return connect_shm_comm(std::move(store), r, w, options);
+      },
+      body);
 }
 
 }  // namespace tdist::transport::testing

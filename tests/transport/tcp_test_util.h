@@ -24,17 +24,21 @@ inline TcpCommOptions test_options() {
   return o;
 }
 
-// Runs body(comm) on `world` threads, one per rank, each with its own Comm; rethrows the
-// first exception a rank threw (after every thread finished).
-inline void run_ranks(int world, const std::function<void(Comm&)>& body,
-                      const TcpCommOptions& options = test_options()) {
+// Connects rank r of `world` through `store` with some transport.
+using ConnectFn =
+    std::function<std::unique_ptr<Comm>(std::shared_ptr<Store> store, int rank, int world)>;
+
+// Runs body(comm) on `world` threads, one per rank, each with its own Comm from `connect`;
+// rethrows the first exception a rank threw (after every thread finished).
+inline void run_comm_ranks(int world, const ConnectFn& connect,
+                           const std::function<void(Comm&)>& body) {
   auto store = std::make_shared<HashStore>();
   std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       try {
-        auto comm = connect_tcp_comm(store, r, world, options);
+        auto comm = connect(store, r, world);
         body(*comm);
       } catch (...) {
         errors[r] = std::current_exception();
@@ -45,6 +49,17 @@ inline void run_ranks(int world, const std::function<void(Comm&)>& body,
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
   }
+}
+
+// run_comm_ranks over the TCP transport.
+inline void run_ranks(int world, const std::function<void(Comm&)>& body,
+                      const TcpCommOptions& options = test_options()) {
+  run_comm_ranks(
+      world,
+      [&](std::shared_ptr<Store> store, int r, int w) {
+        return connect_tcp_comm(std::move(store), r, w, options);
+      },
+      body);
 }
 
 // A deterministic byte pattern for (seed, index).
