@@ -9,14 +9,18 @@
 // Completion happens in exactly one place, finish(), which a backend calls once. A
 // backend whose operations complete inside a transport (point-to-point) may derive and
 // override poll() to drive completion from wait() and is_completed().
+// Callbacks (add_callback) run once the Work finished, on the thread that finished it, or
+// at once on the caller's thread when it already has: futures and wrappers build on them.
 // Thread-safe: any thread may wait on, poll or finish a Work.
 #pragma once
 
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "tdist/deadline.h"
 
@@ -40,8 +44,15 @@ class Work {
   std::exception_ptr exception() const;  // the error, or null
   const std::string& op() const { return op_; }
 
+  // Runs `fn` once the operation finished (either way): inside finish(), after the
+  // waiters were woken and outside any lock of this Work, or now when it already has.
+  // A Work that completes only when polled (point-to-point on some transports) runs its
+  // callbacks when somebody waits on it. `fn` must not throw; it may use this Work.
+  void add_callback(std::function<void()> fn);
+
   // For backends: marks the operation finished (with an error when `error` is not
-  // null) and wakes the waiters. The first call wins; later calls are ignored.
+  // null), wakes the waiters, then runs the callbacks. The first call wins; later calls
+  // are ignored.
   void finish(std::exception_ptr error = nullptr);
 
  protected:
@@ -56,6 +67,7 @@ class Work {
   std::condition_variable cv_;
   bool done_ = false;         // guarded by mu_
   std::exception_ptr error_;  // guarded by mu_
+  std::vector<std::function<void()>> callbacks_;  // guarded by mu_; run once by finish()
 };
 
 using WorkPtr = std::shared_ptr<Work>;

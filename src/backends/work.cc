@@ -42,14 +42,28 @@ std::exception_ptr Work::exception() const {
   return error_;
 }
 
+void Work::add_callback(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!done_) {
+      callbacks_.push_back(std::move(fn));
+      return;
+    }
+  }
+  fn();
+}
+
 void Work::finish(std::exception_ptr error) {
+  std::vector<std::function<void()>> callbacks;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (done_) return;
     done_ = true;
     error_ = std::move(error);
+    callbacks.swap(callbacks_);
   }
   cv_.notify_all();
+  for (auto& fn : callbacks) fn();
 }
 
 WorkPtr completed_work(std::string op, std::exception_ptr error) {

@@ -53,6 +53,9 @@ class TensorWork final : public Work {
   TensorWork(const char* op, WorkPtr inner, Staging staging)
       : Work(op), inner_(std::move(inner)), staging_(std::move(staging)) {}
 
+  // Finishes this Work now that the inner one has (called from its callback).
+  void complete_now() { poll(Deadline::at(Clock::now())); }
+
   ~TensorWork() override {
     if (!inner_->is_completed()) Orphans::get().adopt(std::move(inner_), std::move(staging_.keep));
   }
@@ -60,19 +63,22 @@ class TensorWork final : public Work {
  protected:
   void poll(Deadline deadline) override {
     if (!inner_done(deadline)) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (finished_) return;
-    std::exception_ptr error = inner_->exception();
-    if (error == nullptr) {
-      try {
-        copy_back();
-      } catch (...) {
-        error = std::current_exception();
+    std::exception_ptr error;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finished_) return;
+      error = inner_->exception();
+      if (error == nullptr) {
+        try {
+          copy_back();
+        } catch (...) {
+          error = std::current_exception();
+        }
       }
+      staging_ = {};  // the temporaries are not needed any more
+      finished_ = true;
     }
-    staging_ = {};  // the temporaries are not needed any more
-    finished_ = true;
-    finish(error);
+    finish(error);  // outside mu_: callbacks may poll this Work
   }
 
  private:
@@ -218,7 +224,13 @@ const void* stage_inputs(Staging& s, const std::vector<Tensor>& inputs, c10::Sca
 
 WorkPtr launch(const char* op, WorkPtr inner, Staging staging) {
   Orphans::get().prune();
-  return std::make_shared<TensorWork>(op, std::move(inner), std::move(staging));
+  auto work = std::make_shared<TensorWork>(op, inner, std::move(staging));
+  // Complete (copy back) as soon as the group's Work does, so callbacks and futures on
+  // this Work fire without a waiter; a dropped Work is left to the orphans.
+  inner->add_callback([weak = std::weak_ptr<TensorWork>(work)] {
+    if (auto self = weak.lock()) self->complete_now();
+  });
+  return work;
 }
 
 }  // namespace tdist::torch
