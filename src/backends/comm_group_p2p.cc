@@ -20,26 +20,31 @@ class RequestWork : public Work {
         op_deadline_(op_deadline) {}
 
  protected:
+  // Finishes outside poll_mu_: finish() runs callbacks, which may poll this Work again.
   void poll(Deadline deadline) override {
-    std::lock_guard<std::mutex> lock(poll_mu_);
-    const bool just_test = !deadline.is_never() && deadline.time() <= Clock::now();
-    try {
-      while (next_ < requests_.size()) {
-        transport::Request& r = *requests_[next_];
-        if (just_test) {
-          if (!r.test()) return;
-        } else {
-          r.wait(Deadline::earliest(deadline, op_deadline_));
+    std::exception_ptr error;
+    {
+      std::lock_guard<std::mutex> lock(poll_mu_);
+      const bool just_test = !deadline.is_never() && deadline.time() <= Clock::now();
+      try {
+        while (next_ < requests_.size()) {
+          transport::Request& r = *requests_[next_];
+          if (just_test) {
+            if (!r.test()) return;
+          } else {
+            r.wait(Deadline::earliest(deadline, op_deadline_));
+          }
+          ++next_;
         }
-        ++next_;
+      } catch (const TimeoutError&) {
+        // The caller's own deadline only ends this wait; the operation's ends the op.
+        if (!op_deadline_.expired()) return;
+        error = add_context(std::current_exception(), where_ + ": ");
+      } catch (...) {
+        error = add_context(std::current_exception(), where_ + ": ");
       }
-      finish();
-    } catch (const TimeoutError&) {
-      // The caller's own deadline only ends this wait; the operation's ends the op.
-      if (op_deadline_.expired()) finish(add_context(std::current_exception(), where_ + ": "));
-    } catch (...) {
-      finish(add_context(std::current_exception(), where_ + ": "));
     }
+    finish(error);
   }
 
  private:
