@@ -26,6 +26,9 @@ constexpr auto kSettings = std::to_array<Setting>({
      "algorithm ('ring', 'halving_doubling', 'recursive_doubling'); empty = by size"},
     {"TDIST_CHUNK_BYTES", "262144",
      "pipeline chunk of the ring, chain and halving-doubling collectives, in bytes"},
+    {"TDIST_ENGINE", "auto",
+     "engine of the Python torch.distributed backend \"tdist\" when its options name none: "
+     "auto, tcp or shm"},
     {"TDIST_LOG_LEVEL", "warn", "log level: trace, debug, info, warn, error or off"},
     {"TDIST_REDUCE_ISA", "auto",
      "reduction kernels to use: auto (best the CPU has), avx512, avx2, sse4 or scalar"},

@@ -1,0 +1,61 @@
+"""tdist as a backend of torch.distributed.
+
+Importing this package registers the backend "tdist" with torch.distributed; groups created
+with it run torch.distributed's CPU collectives on tdist's native engines::
+
+    import tdist  # registers the backend
+    import torch.distributed as dist
+    dist.init_process_group("tdist")  # env://, as torchrun and tdistrun set it
+
+Engines: "auto" (shared memory when every rank of the group is on one host, else TCP),
+"tcp" or "shm". A group takes the engine from its options
+(``init_process_group("tdist", pg_options=tdist.Options(engine="shm"))``, also for
+``new_group``), else from the environment variable TDIST_ENGINE, else "auto".
+
+Errors: a dead rank, a timeout or ranks that disagree raise
+torch.distributed.DistBackendError (a RuntimeError) from the collective or its wait();
+invalid arguments (a tensor on another device than the CPU, for one) raise ValueError.
+"""
+
+import torch  # noqa: F401  (loads LibTorch before the extension)
+import torch.distributed as dist
+
+from . import _C
+
+__all__ = ["BACKEND", "ENGINES", "Options", "default_engine"]
+
+BACKEND = "tdist"
+ENGINES = ("auto", "tcp", "shm")
+
+
+class Options:
+    """Options of one tdist group: pass as ``pg_options`` to init_process_group or new_group.
+
+    engine: "auto", "tcp" or "shm"; None takes TDIST_ENGINE (default "auto").
+    """
+
+    def __init__(self, engine=None):
+        if engine is not None and engine not in ENGINES:
+            raise ValueError(f"tdist: engine {engine!r} is not one of {', '.join(ENGINES)}")
+        self.engine = engine
+
+    def __repr__(self):
+        return f"tdist.Options(engine={self.engine!r})"
+
+
+def default_engine():
+    """The engine of groups whose options name none (TDIST_ENGINE, default "auto")."""
+    return _C.default_engine()
+
+
+def _create_backend(common, options):
+    engine = getattr(options, "engine", None) or default_engine()
+    return _C.create_backend(common.store, common.group_rank, common.group_size,
+                             common.timeout, engine)
+
+
+# Registered for CUDA too, so that a CUDA tensor reaches tdist and gets its error (which
+# names the device) instead of torch's "no backend for device type cuda".
+if BACKEND.upper() not in dist.Backend._plugins:  # imported once per process
+    dist.Backend.register_backend(BACKEND, _create_backend, extended_api=True,
+                                  devices=["cpu", "cuda"])

@@ -1,0 +1,57 @@
+// TorchWork: the c10d::Work that torch.distributed sees for one tdist operation (or a
+// coalesced few), and the translation of tdist's errors into torch's. Internal to the
+// Python extension.
+//
+// wait() runs or waits for the tdist operations (a caller that waits runs its own queued
+// collective, as in the C++ API) and rethrows their error as torch does: PeerError,
+// TimeoutError and DesyncError as torch.distributed.DistBackendError, InvalidArgument as
+// ValueError, anything else as RuntimeError, each message starting "tdist: ".
+// getFuture() returns a future completed with result() (the output tensors) when every
+// operation finished, on the thread that finished the last one; point-to-point operations,
+// which some transports move only while somebody waits, get a waiting thread for it.
+// Thread-safety: as c10d::Work's; any thread may wait or take the future.
+#pragma once
+
+#include <exception>
+#include <mutex>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <vector>
+
+#include "tdist/work.h"
+
+namespace tdist::python {
+
+// The torch exception for a tdist error (or for any other exception, unchanged).
+std::exception_ptr to_torch_error(std::exception_ptr error);
+// Runs `fn`, rethrowing what it throws as to_torch_error does.
+template <typename F>
+auto torch_errors(F&& fn) {
+  try {
+    return fn();
+  } catch (...) {
+    std::rethrow_exception(to_torch_error(std::current_exception()));
+  }
+}
+
+class TorchWork final : public ::c10d::Work {
+ public:
+  TorchWork(int rank, ::c10d::OpType type, std::vector<WorkPtr> works,
+            std::vector<at::Tensor> outputs);
+
+  bool isCompleted() override;
+  bool isSuccess() const override;
+  std::exception_ptr exception() const override;
+  std::vector<at::Tensor> result() override { return outputs_; }
+  void synchronize() override {}
+  bool wait(std::chrono::milliseconds timeout) override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+
+ private:
+  const std::vector<WorkPtr> works_;
+  const std::vector<at::Tensor> outputs_;
+  const bool p2p_;
+  std::mutex mu_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;  // guarded by mu_; made on first use
+};
+
+}  // namespace tdist::python

@@ -1,0 +1,12 @@
+"""pytest configuration of the Python backend's tests: ranks run single-threaded, and
+this folder is importable by the spawned ranks (multiprocessing passes sys.path on)."""
+
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")

@@ -1,0 +1,36 @@
+"""Errors reach Python as exceptions, not hangs."""
+
+import os
+import tempfile
+
+import pytest
+
+from ddp_workers import device_errors, sigkill_mid_all_reduce
+from harness import run_ranks
+
+
+@pytest.mark.parametrize("engine", ["tcp", "shm"])
+def test_sigkill_mid_all_reduce_raises_within_5s(engine):
+    with tempfile.TemporaryDirectory() as tmp:
+        stamp = os.path.join(tmp, "killed_at")
+        results, codes = run_ranks(sigkill_mid_all_reduce, 3, timeout=60, expect_dead={2},
+                                   engine=engine, stamp=stamp)
+    assert codes[2] == -9, codes
+    for r in results[:2]:
+        assert r["error"] is not None, "the survivors kept going without the dead rank"
+        assert r["is_dist_backend_error"], r
+        assert r["seconds"] < 5.0, r
+
+
+def test_wrong_device_and_any_source_are_clear_errors():
+    results, codes = run_ranks(device_errors, 2, timeout=60)
+    assert codes == [0, 0]
+    for r in results:
+        meta = r["messages"]["meta"]
+        assert meta is not None and meta.startswith("ValueError") and "meta" in meta, meta
+        if "cuda" in r["messages"]:
+            cuda = r["messages"]["cuda"]
+            assert cuda is not None and "cuda" in cuda, cuda
+        anysrc = r["messages"]["any_source"]
+        assert anysrc is not None and "src" in anysrc, anysrc
+        assert r["sum"] == [2.0, 2.0, 2.0]

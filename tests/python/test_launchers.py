@@ -1,0 +1,60 @@
+"""The backend under torchrun and under tdistrun, and the seed document's example (a
+Python DDP loop on Fashion-MNIST) reaching gloo's accuracy."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from conftest import HERE, ROOT
+
+
+def tdistrun():
+    path = os.environ.get("TDIST_TDISTRUN", os.path.join(ROOT, "build", "tools", "tdistrun"))
+    assert os.access(path, os.X_OK), f"tdistrun not built at {path} (set TDIST_TDISTRUN)"
+    return path
+
+
+def run(cmd, timeout):
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    assert done.returncode == 0, f"{cmd} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout + done.stderr
+
+
+def torchrun():
+    found = shutil.which("torchrun")
+    return [found] if found else [sys.executable, "-m", "torch.distributed.run"]
+
+
+def test_under_torchrun():
+    out = run(torchrun() + ["--standalone", "--nproc-per-node", "3",
+                            os.path.join(HERE, "launched.py")], timeout=120)
+    assert sum("launched ok" in line for line in out.splitlines()) == 3, out
+
+
+def test_under_tdistrun():
+    out = run([tdistrun(), "--standalone", "--nproc-per-node", "3", sys.executable,
+               os.path.join(HERE, "launched.py")], timeout=120)
+    assert sum("launched ok" in line for line in out.splitlines()) == 3, out
+
+
+@pytest.mark.skipif(not os.path.isdir("/usr/share/datasets/fashion-mnist"),
+                    reason="needs Debian's dataset-fashion-mnist (scripts/setup.sh installs it)")
+def test_seed_example_reaches_gloo_accuracy():
+    example = os.path.join(ROOT, "examples", "python", "train_fashion_mnist.py")
+    accuracy = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for backend in ("tdist", "gloo"):
+            result = os.path.join(tmp, backend + ".json")
+            run([tdistrun(), "--standalone", "--nproc-per-node", "2", sys.executable, example,
+                 "--backend", backend, "--limit", "8000", "--test-limit", "2000",
+                 "--result", result], timeout=300)
+            with open(result) as f:
+                accuracy[backend] = json.load(f)["accuracy"]
+    assert accuracy["tdist"] > 70.0, accuracy
+    assert abs(accuracy["tdist"] - accuracy["gloo"]) <= 1.0, accuracy
