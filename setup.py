@@ -6,7 +6,10 @@ The extension is compiled by the repository's CMake build against the torch that
 installing interpreter has (its LibTorch headers and libraries come with the torch wheel),
 so the package pins that torch version. Under pip's build isolation that torch is not
 importable, so it is looked up with the same interpreter in isolated mode (-I).
-Set TDIST_BUILD_JOBS to limit parallel compile jobs (default: all cores).
+Set TDIST_BUILD_JOBS to limit parallel compile jobs (default: all cores), and
+TDIST_CMAKE_BUILD_DIR to build in an existing CMake tree configured against the same
+torch (scripts/build.sh --torch2 makes one): its settings are kept and only the extension
+is added, so what is built there already is not compiled again.
 """
 
 import os
@@ -55,22 +58,18 @@ class CMakeBuild(build_ext):
 
     def build_extension(self, ext):
         info = TORCH
-        build = Path(self.build_temp).resolve() / "cmake"
-        torch_dir = info["dir"]
-        configure = [
-            "cmake", "-S", str(ROOT), "-B", str(build),
-            "-DCMAKE_BUILD_TYPE=Release",
-            "-DTDIST_BUILD_PYTHON=ON", "-DTDIST_BUILD_TESTS=OFF",
-            "-DTDIST_BUILD_EXAMPLES=OFF", "-DTDIST_BUILD_BENCHMARKS=OFF",
-            # The backend serves auto/tcp/shm: no MPI in the extension.
-            "-DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON",
-            # No CUDA code is compiled here: fixing the list skips torch's GPU probe.
-            "-DTORCH_CUDA_ARCH_LIST=" + os.environ.get("TORCH_CUDA_ARCH_LIST", "9.0"),
-            # torch's own lib/ first, so that no other LibTorch on the system is taken.
-            f"-DCMAKE_PREFIX_PATH={info['cmake']};{torch_dir}",
+        python = [
+            "-DTDIST_BUILD_PYTHON=ON",
             f"-DPython3_EXECUTABLE={sys.executable}",
             "-DTDIST_PYBIND11_ABI_DEFINITIONS=" + ";".join(info["abi"]),
         ]
+        existing = os.environ.get("TDIST_CMAKE_BUILD_DIR")
+        if existing:
+            build = Path(existing).resolve()
+            configure = ["cmake", "-S", str(ROOT), "-B", str(build)] + python
+        else:
+            build = Path(self.build_temp).resolve() / "cmake"
+            configure = self.configure_args(build, info) + python
         jobs = os.environ.get("TDIST_BUILD_JOBS", str(os.cpu_count() or 1))
         subprocess.run(configure, check=True)
         subprocess.run(["cmake", "--build", str(build), "--target", "tdist_python", "-j", jobs],
@@ -79,6 +78,23 @@ class CMakeBuild(build_ext):
         target = Path(self.get_ext_fullpath(ext.name))
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(built, target)
+
+    @staticmethod
+    def configure_args(build, info):
+        """A fresh tree: the library and the extension only, against the given torch."""
+        torch_dir = info["dir"]
+        return [
+            "cmake", "-S", str(ROOT), "-B", str(build),
+            "-DCMAKE_BUILD_TYPE=Release",
+            "-DTDIST_BUILD_TESTS=OFF",
+            "-DTDIST_BUILD_EXAMPLES=OFF", "-DTDIST_BUILD_BENCHMARKS=OFF",
+            # The backend serves auto/tcp/shm: no MPI in the extension.
+            "-DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON",
+            # No CUDA code is compiled here: fixing the list skips torch's GPU probe.
+            "-DTORCH_CUDA_ARCH_LIST=" + os.environ.get("TORCH_CUDA_ARCH_LIST", "9.0"),
+            # torch's own lib/ first, so that no other LibTorch on the system is taken.
+            f"-DCMAKE_PREFIX_PATH={info['cmake']};{torch_dir}",
+        ]
 
 
 TORCH = torch_info()
