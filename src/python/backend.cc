@@ -58,6 +58,18 @@ T& single(std::vector<T>& list, const char* op, const char* what) {
   return list[0];
 }
 
+// Whether the caller waits for the operation right away (async_op=False: torch 2.x tells
+// through the options); then the calling thread runs it at once, with no hand-off to the
+// group's worker thread.
+template <typename Opts>
+bool caller_waits(const Opts& opts) {
+  if constexpr (requires { opts.asyncOp; }) {
+    return !opts.asyncOp;
+  } else {
+    return false;
+  }
+}
+
 }  // namespace
 
 TdistBackend::TdistBackend(std::shared_ptr<ProcessGroup> group, std::string engine)
@@ -80,14 +92,20 @@ c10::intrusive_ptr<TdistBackend> TdistBackend::create(
   });
 }
 
-// Each call: validate and issue on the caller's thread (errors as torch's), then hand
-// torch a TorchWork over the tdist Works and the tensors result() returns.
-#define TDIST_ISSUE(type, outputs, ...)                                                \
+// Each call: validate and issue on the caller's thread (errors as torch's), run it there
+// when the caller waits at once, then hand torch a TorchWork over the tdist Works and the
+// tensors result() returns.
+#define TDIST_ISSUE_NOW(type, outputs, run_now, ...)                                   \
   torch_errors([&] {                                                                   \
     std::vector<WorkPtr> works;                                                        \
     __VA_ARGS__;                                                                       \
+    if (run_now) {                                                                     \
+      for (const auto& w : works) w->wait();                                           \
+    }                                                                                  \
     return c10::make_intrusive<TorchWork>(getRank(), type, std::move(works), outputs); \
   })
+#define TDIST_ISSUE(type, outputs, ...) \
+  TDIST_ISSUE_NOW(type, outputs, caller_waits(opts), __VA_ARGS__)
 
 TdistBackend::WorkRef TdistBackend::broadcast(Tensors& tensors,
                                               const ::c10d::BroadcastOptions& opts) {
@@ -119,7 +137,7 @@ TdistBackend::WorkRef TdistBackend::reduce(Tensors& tensors, const ::c10d::Reduc
 }
 
 TdistBackend::WorkRef TdistBackend::allgather(TensorLists& outputs, Tensors& inputs,
-                                              const ::c10d::AllgatherOptions& /*opts*/) {
+                                              const ::c10d::AllgatherOptions& opts) {
   return TDIST_ISSUE(OpType::ALLGATHER, single(outputs, "all_gather", "output list"), {
     works.push_back(
         tt::all_gather_async(outputs[0], single(inputs, "all_gather", "input"), group_));
@@ -127,13 +145,13 @@ TdistBackend::WorkRef TdistBackend::allgather(TensorLists& outputs, Tensors& inp
 }
 
 TdistBackend::WorkRef TdistBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
-                                                    const ::c10d::AllgatherOptions& /*opts*/) {
+                                                    const ::c10d::AllgatherOptions& opts) {
   return TDIST_ISSUE(OpType::_ALLGATHER_BASE, Tensors{output},
                      { works.push_back(tt::all_gather_into_tensor_async(output, input, group_)); });
 }
 
 TdistBackend::WorkRef TdistBackend::allgather_coalesced(TensorLists& outputs, Tensors& inputs,
-                                                        const ::c10d::AllgatherOptions& /*opts*/) {
+                                                        const ::c10d::AllgatherOptions& opts) {
   Tensors flat;
   for (const auto& list : outputs) flat.insert(flat.end(), list.begin(), list.end());
   return TDIST_ISSUE(OpType::ALLGATHER_COALESCED, flat, {
@@ -186,7 +204,7 @@ TdistBackend::WorkRef TdistBackend::_reduce_scatter_base(at::Tensor& output, at:
 TdistBackend::WorkRef TdistBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
                                                   std::vector<int64_t>& output_split_sizes,
                                                   std::vector<int64_t>& input_split_sizes,
-                                                  const ::c10d::AllToAllOptions& /*opts*/) {
+                                                  const ::c10d::AllToAllOptions& opts) {
   return TDIST_ISSUE(OpType::ALLTOALL_BASE, Tensors{output}, {
     works.push_back(
         tt::all_to_all_single_async(output, input, output_split_sizes, input_split_sizes, group_));
@@ -194,40 +212,40 @@ TdistBackend::WorkRef TdistBackend::alltoall_base(at::Tensor& output, at::Tensor
 }
 
 TdistBackend::WorkRef TdistBackend::alltoall(Tensors& outputs, Tensors& inputs,
-                                             const ::c10d::AllToAllOptions& /*opts*/) {
+                                             const ::c10d::AllToAllOptions& opts) {
   return TDIST_ISSUE(OpType::ALLTOALL, outputs,
                      { works.push_back(tt::all_to_all_async(outputs, inputs, group_)); });
 }
 
 TdistBackend::WorkRef TdistBackend::send(Tensors& tensors, int dst, int tag) {
-  return TDIST_ISSUE(OpType::SEND, Tensors{}, {
+  return TDIST_ISSUE_NOW(OpType::SEND, Tensors{}, false, {
     works.push_back(
         tt::isend(single(tensors, "send", "tensor"), dst, group_, static_cast<uint32_t>(tag)));
   });
 }
 
 TdistBackend::WorkRef TdistBackend::recv(Tensors& tensors, int src, int tag) {
-  return TDIST_ISSUE(OpType::RECV, tensors, {
+  return TDIST_ISSUE_NOW(OpType::RECV, tensors, false, {
     works.push_back(
         tt::irecv(single(tensors, "recv", "tensor"), src, group_, static_cast<uint32_t>(tag)));
   });
 }
 
 TdistBackend::WorkRef TdistBackend::recvAnysource(Tensors& /*tensors*/, int /*tag*/) {
-  return TDIST_ISSUE(OpType::RECVANYSOURCE, Tensors{}, {
+  return TDIST_ISSUE_NOW(OpType::RECVANYSOURCE, Tensors{}, false, {
     TDIST_THROW(InvalidArgument,
                 "recv: tdist matches messages by source rank; pass src= (receiving from "
                 "any source is not supported)");
   });
 }
 
-TdistBackend::WorkRef TdistBackend::barrier(const ::c10d::BarrierOptions& /*opts*/) {
+TdistBackend::WorkRef TdistBackend::barrier(const ::c10d::BarrierOptions& opts) {
   return TDIST_ISSUE(OpType::BARRIER, Tensors{}, { works.push_back(tt::barrier_async(group_)); });
 }
 
 #if TORCH_VERSION_MAJOR >= 2
 TdistBackend::WorkRef TdistBackend::allgather_into_tensor_coalesced(
-    Tensors& outputs, Tensors& inputs, const ::c10d::AllgatherOptions& /*opts*/) {
+    Tensors& outputs, Tensors& inputs, const ::c10d::AllgatherOptions& opts) {
   return TDIST_ISSUE(OpType::ALLGATHER_INTO_TENSOR_COALESCED, outputs, {
     if (outputs.size() != inputs.size()) {
       TDIST_THROW(InvalidArgument, "all_gather_into_tensor_coalesced: ", outputs.size(),
