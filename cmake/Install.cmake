@@ -1,5 +1,6 @@
-# `cmake --install` puts headers, the library, a CMake package (find_package(tdist))
-# and a pkg-config file (pkg-config --cflags --libs tdist) under the prefix.
+# `cmake --install` puts headers, the libraries, a CMake package (find_package(tdist):
+# tdist::tdist and, when LibTorch was found, tdist::torch) and pkg-config files (tdist,
+# tdist-torch) under the prefix, with tdistrun in bin/ (tools/CMakeLists.txt).
 include(CMakePackageConfigHelpers)
 set(TDIST_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/tdist)
 
@@ -9,6 +10,18 @@ install(TARGETS tdist EXPORT tdistTargets
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY include/tdist DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT tdistTargets NAMESPACE tdist:: DESTINATION ${TDIST_CMAKE_DIR})
+
+# The LibTorch part, tdist::torch: its own export set, so that find_package(tdist) loads it
+# (and looks for LibTorch) only when it was built, and a consumer can leave it out
+# (COMPONENTS tdist). The package records the LibTorch it was built against.
+set(TDIST_INSTALLED_TORCH FALSE)
+if(TARGET tdist_torch)
+  set(TDIST_INSTALLED_TORCH TRUE)
+  install(TARGETS tdist_torch EXPORT tdistTorchTargets
+          LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(EXPORT tdistTorchTargets NAMESPACE tdist:: DESTINATION ${TDIST_CMAKE_DIR})
+endif()
 
 # A static libtdist carries its private dependencies to the consumer's link: pkg-config
 # lists MPI's libraries (the mpi backend; the CMake package names them in
@@ -32,3 +45,28 @@ file(RELATIVE_PATH TDIST_PC_RELATIVE_PREFIX
 string(REGEX REPLACE "/$" "" TDIST_PC_RELATIVE_PREFIX "${TDIST_PC_RELATIVE_PREFIX}")
 configure_file(cmake/tdist.pc.in ${CMAKE_CURRENT_BINARY_DIR}/tdist.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/tdist.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# tdist-torch.pc: LibTorch has no pkg-config file, so it carries LibTorch's flags as this
+# build found them: its include folders and libraries (with an rpath unless they are in the
+# compiler's own search path, as Debian's are), TORCH_CXX_FLAGS (1.13: the C++11 ABI).
+if(TDIST_INSTALLED_TORCH)
+  set(TDIST_PC_TORCH_CFLAGS "${TORCH_CXX_FLAGS}")
+  foreach(dir IN LISTS TORCH_INCLUDE_DIRS)
+    if(NOT dir IN_LIST CMAKE_CXX_IMPLICIT_INCLUDE_DIRECTORIES)
+      string(APPEND TDIST_PC_TORCH_CFLAGS " -I${dir}")
+    endif()
+  endforeach()
+  get_filename_component(torch_libdir "${TORCH_LIBRARY}" DIRECTORY)
+  set(TDIST_PC_TORCH_LIBS "")
+  if(NOT torch_libdir IN_LIST CMAKE_CXX_IMPLICIT_LINK_DIRECTORIES)
+    set(TDIST_PC_TORCH_LIBS "-L${torch_libdir} -Wl,-rpath,${torch_libdir} ")
+  endif()
+  string(APPEND TDIST_PC_TORCH_LIBS "-ltorch_cpu -lc10")  # the CPU part (src/torch/CMakeLists.txt)
+  if(TDIST_LIBRARY_TYPE STREQUAL "STATIC_LIBRARY")
+    list(JOIN ZLIB_LIBRARIES " " zlib_libs)
+    string(APPEND TDIST_PC_TORCH_LIBS " ${zlib_libs}")
+  endif()
+  configure_file(cmake/tdist-torch.pc.in ${CMAKE_CURRENT_BINARY_DIR}/tdist-torch.pc @ONLY)
+  install(FILES ${CMAKE_CURRENT_BINARY_DIR}/tdist-torch.pc
+          DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+endif()

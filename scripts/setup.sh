@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian packages tdist builds and tests with, only those that are missing.
+# Installs the Debian packages tdist builds and tests with, only those that are missing,
+# and PyPI's torch (pinned: 2.15.0) for the `python3` on PATH.
 # Usage: bash scripts/setup.sh   (as root, or with sudo available)
 set -euo pipefail
 
@@ -26,3 +27,15 @@ if ((${#missing[@]})); then
 else
   echo "setup: all packages present"
 fi
+
+# PyPI's torch for the `python3` on PATH, pinned to the version tdist is tested with: its
+# wheel is also the LibTorch 2.x of the second build tree (scripts/build.sh --torch2).
+# numpy only silences torch's warning that it is missing.
+torch_version=2.15.0
+if python3 -c "import torch; assert torch.__version__.startswith('$torch_version')" 2>/dev/null; then
+  echo "setup: torch $torch_version present for $(command -v python3)"
+else
+  echo "setup: pip install torch==$torch_version numpy for $(command -v python3)"
+  python3 -m pip install -q --root-user-action=ignore "torch==$torch_version" numpy
+fi
+python3 -c 'import numpy' 2>/dev/null || python3 -m pip install -q --root-user-action=ignore numpy

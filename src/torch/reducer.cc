@@ -1,13 +1,11 @@
 #include "reducer.h"
 
 // Internal LibTorch headers, unavoidable: the public C++ API has no hook that runs after a
-// parameter's gradient was accumulated (impl::grad_accumulator + Node::add_post_hook, in
-// torch/csrc/autograd/variable.h and function.h) and no way to run code when a backward
-// pass ends (Engine::queue_callback, torch/csrc/autograd/engine.h). PyTorch's own Reducer
-// uses the same three; they exist unchanged in LibTorch 2.x.
+// parameter's gradient was accumulated (impl::grad_accumulator + Node::add_post_hook,
+// through compat.h, which also hides how the versions hold a node) and no way to run code
+// when a backward pass ends (Engine::queue_callback, torch/csrc/autograd/engine.h, the
+// same in 1.13 and 2.x). PyTorch's own Reducer uses the same three.
 #include <torch/csrc/autograd/engine.h>
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/variable.h>
 
 #include <chrono>
 #include <exception>

@@ -28,15 +28,12 @@
 #include <string>
 #include <vector>
 
+#include "compat.h"
 #include "ddp_sync.h"
 #include "tdist/process_group.h"
 #include "tdist/torch/comm_hooks.h"
 #include "tdist/torch/ddp.h"
 #include "tdist/work.h"
-
-namespace torch::autograd {
-struct Node;
-}  // namespace torch::autograd
 
 namespace tdist::torch {
 
@@ -77,7 +74,7 @@ class Reducer {
   struct Param {
     std::string name;
     ::torch::Tensor tensor;
-    std::shared_ptr<::torch::autograd::Node> grad_accumulator;
+    compat::NodePtr grad_accumulator;
     uintptr_t hook_key = 0;
     size_t bucket = 0;  // buckets_[bucket].grad.gradients[slot] is its slice
     size_t slot = 0;

@@ -1,16 +1,11 @@
 // The Reducer's search for parameters a backward pass will not reach: a walk of the
 // autograd graph from forward's outputs. A parameter whose gradient accumulator the walk
 // never meets gets no gradient from a backward of these outputs.
-//
-// Internal LibTorch headers, unavoidable: walking the graph needs Node::next_edges
-// (torch/csrc/autograd/function.h) and a leaf's accumulator
-// (impl::try_get_grad_accumulator, torch/csrc/autograd/variable.h); PyTorch's Reducer
-// walks it the same way.
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/variable.h>
-
+// Walking the graph needs LibTorch internals (Node::next_edges, a leaf's accumulator),
+// included through compat.h; PyTorch's Reducer walks it the same way.
 #include <unordered_set>
 
+#include "compat.h"
 #include "reducer.h"
 
 namespace tdist::torch {
@@ -19,7 +14,7 @@ std::vector<size_t> Reducer::search_unused(const std::vector<::torch::Tensor>& o
   using ::torch::autograd::Node;
   std::unordered_set<const Node*> seen;
   std::vector<Node*> stack;
-  auto visit = [&](const std::shared_ptr<Node>& node) {
+  auto visit = [&](const compat::NodePtr& node) {
     if (node != nullptr && seen.insert(node.get()).second) stack.push_back(node.get());
   };
   for (const ::torch::Tensor& t : outputs) {
