@@ -17,6 +17,8 @@ torch.distributed.DistBackendError (a RuntimeError) from the collective or its w
 invalid arguments (a tensor on another device than the CPU, for one) raise ValueError.
 """
 
+import inspect
+
 import torch  # noqa: F401  (loads LibTorch before the extension)
 import torch.distributed as dist
 
@@ -54,8 +56,11 @@ def _create_backend(common, options):
                              common.timeout, engine)
 
 
-# Registered for CUDA too, so that a CUDA tensor reaches tdist and gets its error (which
-# names the device) instead of torch's "no backend for device type cuda".
+# Registered for CUDA too (torch 2.x), so that a CUDA tensor reaches tdist and gets its
+# error (which names the device) instead of torch's "no backend for device type cuda".
+# LibTorch 1.13's register_backend takes no devices: its groups are the backend itself.
 if BACKEND.upper() not in dist.Backend._plugins:  # imported once per process
-    dist.Backend.register_backend(BACKEND, _create_backend, extended_api=True,
-                                  devices=["cpu", "cuda"])
+    _devices = {}
+    if "devices" in inspect.signature(dist.Backend.register_backend).parameters:
+        _devices = {"devices": ["cpu", "cuda"]}
+    dist.Backend.register_backend(BACKEND, _create_backend, extended_api=True, **_devices)

@@ -36,8 +36,13 @@ ReduceOp to_reduce_op(const ::c10d::ReduceOp& op) {
     case ::c10d::ReduceOp::PREMUL_SUM: {
       const auto* s = dynamic_cast<const ::c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
       if (s == nullptr) break;
+#if TORCH_VERSION_MAJOR >= 2
       const double factor =
           s->tensor_factor.defined() ? s->tensor_factor.item<double>() : s->double_factor;
+#else  // LibTorch 1.13: one factor tensor per input tensor
+      const double factor =
+          s->tensor_factors.empty() ? s->double_factor : s->tensor_factors[0].item<double>();
+#endif
       return ReduceOp::premul_sum(factor);
     }
     default:
@@ -72,7 +77,7 @@ bool caller_waits(const Opts& opts) {
 
 }  // namespace
 
-TdistBackend::TdistBackend(std::shared_ptr<ProcessGroup> group, std::string engine)
+TdistBackend::TdistBackend(std::shared_ptr<tdist::ProcessGroup> group, std::string engine)
     : TorchBackendBase(group->rank(), group->size()),
       group_(std::move(group)),
       engine_(std::move(engine)) {}

@@ -40,7 +40,7 @@ using TorchBackendBase = ::c10d::ProcessGroup;
 
 class TdistBackend final : public TorchBackendBase {
  public:
-  TdistBackend(std::shared_ptr<ProcessGroup> group, std::string engine);
+  TdistBackend(std::shared_ptr<tdist::ProcessGroup> group, std::string engine);
 
   // Makes the tdist group of `engine` over `store` (the group's c10d store).
   static c10::intrusive_ptr<TdistBackend> create(const c10::intrusive_ptr<::c10d::Store>& store,
@@ -51,7 +51,7 @@ class TdistBackend final : public TorchBackendBase {
   const std::string getBackendName() const override { return "tdist"; }
   // The tdist engine this group was made with ("auto", "tcp" or "shm").
   const std::string& engine() const { return engine_; }
-  const std::shared_ptr<ProcessGroup>& group() const { return group_; }
+  const std::shared_ptr<tdist::ProcessGroup>& group() const { return group_; }
 
   using Tensors = std::vector<at::Tensor>;
   using TensorLists = std::vector<std::vector<at::Tensor>>;
@@ -94,7 +94,7 @@ class TdistBackend final : public TorchBackendBase {
 #endif
 
  private:
-  std::shared_ptr<ProcessGroup> group_;
+  std::shared_ptr<tdist::ProcessGroup> group_;
   std::string engine_;
 };
 

@@ -12,6 +12,16 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import tdist
 
+# torch 2.x raises DistBackendError (a RuntimeError); 1.13 has only RuntimeError.
+DIST_BACKEND_ERROR = getattr(dist, "DistBackendError", RuntimeError)
+
+
+def backend_of(group):
+    """The tdist object behind a group: its CPU backend (2.x) or the group itself (1.13)."""
+    if hasattr(group, "_get_backend"):
+        return group._get_backend(torch.device("cpu"))
+    return group
+
 
 def train_five_steps(group, rank):
     torch.manual_seed(0)
@@ -71,12 +81,12 @@ def sigkill_mid_all_reduce(rank, world, init, engine, stamp):
     except Exception as e:  # noqa: BLE001 - the type is what the test checks
         took = time.time() - float(open(stamp).read())
         return {"error": type(e).__name__, "message": str(e), "seconds": took,
-                "is_dist_backend_error": isinstance(e, dist.DistBackendError)}
+                "is_dist_backend_error": isinstance(e, DIST_BACKEND_ERROR)}
 
 
 def device_errors(rank, world, init):
     dist.init_process_group("tdist", init_method=init, rank=rank, world_size=world)
-    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    backend = backend_of(dist.group.WORLD)
     messages = {}
     try:
         backend.allreduce([torch.empty(4, device="meta")]).wait()

@@ -60,8 +60,11 @@ def run_ranks(fn, world, timeout=120, expect_dead=(), **kwargs):
                     raise RankFailure(f"rank {rank} failed:\n{value}")
                 got[rank] = value
         finally:
+            # Ranks that reported exit by themselves (a rank stuck at exit is a failure,
+            # its exit code -9); after a failure the rest are killed sooner.
+            end = time.monotonic() + (30 if len(got) == world - len(expect_dead) else 3)
             for p in procs:
-                p.join(timeout=5 if not got else 2)
+                p.join(timeout=max(0.1, end - time.monotonic()))
                 if p.is_alive():
                     p.kill()
                     p.join()

@@ -2,6 +2,7 @@
 the same processes (and a reference), on each engine."""
 
 import pytest
+import torch
 
 from collectives_workers import collectives_vs_gloo
 from harness import run_ranks
@@ -14,4 +15,6 @@ def test_collectives_match_gloo(engine):
     # ~300 calls per rank (the sub-group's members make one more); gloo serves most of
     # them, and the comparison with it must really have happened.
     assert min(r["checks"] for r in results) >= 300, results
-    assert min(r["gloo_checks"] for r in results) >= 250, results
+    # (1.13's gloo serves fewer dtypes: no bfloat16, fewer ops on integers.)
+    least = 250 if int(torch.__version__.split(".")[0]) >= 2 else 150
+    assert min(r["gloo_checks"] for r in results) >= least, results

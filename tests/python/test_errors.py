@@ -4,6 +4,7 @@ import os
 import tempfile
 
 import pytest
+import torch
 
 from ddp_workers import device_errors, sigkill_mid_all_reduce
 from harness import run_ranks
@@ -27,7 +28,11 @@ def test_wrong_device_and_any_source_are_clear_errors():
     assert codes == [0, 0]
     for r in results:
         meta = r["messages"]["meta"]
-        assert meta is not None and meta.startswith("ValueError") and "meta" in meta, meta
+        assert meta is not None and "meta" in meta.lower(), meta
+        # torch 2.x hands the tensor to tdist, whose error names it; 1.13's dispatcher
+        # refuses a meta tensor before any backend sees it.
+        if int(torch.__version__.split(".")[0]) >= 2:
+            assert meta.startswith("ValueError") and "move it to the CPU" in meta, meta
         if "cuda" in r["messages"]:
             cuda = r["messages"]["cuda"]
             assert cuda is not None and "cuda" in cuda, cuda

@@ -3,12 +3,12 @@ Python DDP loop on Fashion-MNIST) reaching gloo's accuracy."""
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 
 import pytest
+import torch
 
 from conftest import HERE, ROOT
 
@@ -27,12 +27,15 @@ def run(cmd, timeout):
 
 
 def torchrun():
-    found = shutil.which("torchrun")
-    return [found] if found else [sys.executable, "-m", "torch.distributed.run"]
+    """torchrun of this interpreter's torch (the `torchrun` on PATH may be another's)."""
+    return [sys.executable, "-m", "torch.distributed.run"]
 
 
+@pytest.mark.skipif(torch.__version__.startswith("1.13"),
+                    reason="Debian's torch 1.13 torchrun fails on Python 3.11 before starting "
+                           "any worker (AttributeError in its redirects parsing)")
 def test_under_torchrun():
-    out = run(torchrun() + ["--standalone", "--nproc-per-node", "3",
+    out = run(torchrun() + ["--standalone", "--nproc_per_node", "3",  # 1.13 knows only _
                             os.path.join(HERE, "launched.py")], timeout=120)
     assert sum("launched ok" in line for line in out.splitlines()) == 3, out
 
