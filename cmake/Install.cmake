@@ -62,10 +62,12 @@ if(TDIST_INSTALLED_TORCH)
     set(TDIST_PC_TORCH_LIBS "-L${torch_libdir} -Wl,-rpath,${torch_libdir} ")
   endif()
   string(APPEND TDIST_PC_TORCH_LIBS "-ltorch_cpu -lc10")  # the CPU part (src/torch/CMakeLists.txt)
-  if(TDIST_LIBRARY_TYPE STREQUAL "STATIC_LIBRARY")
+  if(TDIST_LIBRARY_TYPE STREQUAL "STATIC_LIBRARY")  # FashionMNIST's zlib
+    find_package(ZLIB REQUIRED)
     list(JOIN ZLIB_LIBRARIES " " zlib_libs)
     string(APPEND TDIST_PC_TORCH_LIBS " ${zlib_libs}")
   endif()
+  string(STRIP "${TDIST_PC_TORCH_CFLAGS}" TDIST_PC_TORCH_CFLAGS)
   configure_file(cmake/tdist-torch.pc.in ${CMAKE_CURRENT_BINARY_DIR}/tdist-torch.pc @ONLY)
   install(FILES ${CMAKE_CURRENT_BINARY_DIR}/tdist-torch.pc
           DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
