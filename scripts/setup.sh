@@ -8,10 +8,11 @@ set -euo pipefail
 # run torch.distributed programs under tdistrun and read torch's error files.
 # libtorch-dev: tdist_torch and train_fashion_mnist; libopenblas0-pthread: a fast BLAS for it
 # (Debian's default is the slow reference one); dataset-fashion-mnist: the main job's data;
-# libopenmpi-dev, openmpi-bin: the mpi backend and its tests under mpirun.
+# libopenmpi-dev, openmpi-bin: the mpi backend and its tests under mpirun; pybind11-dev,
+# python3-pytest: the Python package built and tested against Debian's torch 1.13.
 packages=(build-essential cmake pkg-config clang libgtest-dev libgmock-dev libbenchmark-dev
           libssl-dev iproute2 python3-torch zlib1g-dev libtorch-dev libopenblas0-pthread
-          dataset-fashion-mnist libopenmpi-dev openmpi-bin)
+          dataset-fashion-mnist libopenmpi-dev openmpi-bin pybind11-dev python3-pytest)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -39,3 +40,5 @@ else
   python3 -m pip install -q --root-user-action=ignore "torch==$torch_version" numpy
 fi
 python3 -c 'import numpy' 2>/dev/null || python3 -m pip install -q --root-user-action=ignore numpy
+# pytest runs the Python package's tests (tests/python).
+python3 -c 'import pytest' 2>/dev/null || python3 -m pip install -q --root-user-action=ignore pytest
