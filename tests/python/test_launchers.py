@@ -19,10 +19,11 @@ def tdistrun():
     return path
 
 
-def run(cmd, timeout):
+def run(cmd, timeout, check=True):
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    assert done.returncode == 0, f"{cmd} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    if check:
+        assert done.returncode == 0, f"{cmd} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
     return done.stdout + done.stderr
 
 
@@ -37,13 +38,13 @@ def torchrun():
 def test_under_torchrun():
     out = run(torchrun() + ["--standalone", "--nproc_per_node", "3",  # 1.13 knows only _
                             os.path.join(HERE, "launched.py")], timeout=120)
-    assert sum("launched ok" in line for line in out.splitlines()) == 3, out
+    assert out.count("launched ok") == 3, out  # (unbuffered ranks' lines may interleave)
 
 
 def test_under_tdistrun():
     out = run([tdistrun(), "--standalone", "--nproc-per-node", "3", sys.executable,
                os.path.join(HERE, "launched.py")], timeout=120)
-    assert sum("launched ok" in line for line in out.splitlines()) == 3, out
+    assert out.count("launched ok") == 3, out  # (unbuffered ranks' lines may interleave)
 
 
 @pytest.mark.skipif(not os.path.isdir("/usr/share/datasets/fashion-mnist"),
@@ -54,9 +55,12 @@ def test_seed_example_reaches_gloo_accuracy():
     with tempfile.TemporaryDirectory() as tmp:
         for backend in ("tdist", "gloo"):
             result = os.path.join(tmp, backend + ".json")
+            # torch 2.15's gloo sometimes aborts a rank at exit, after the results
+            # ("terminate called without an active exception", without tdist imported
+            # too): the reference run is judged by its result alone.
             run([tdistrun(), "--standalone", "--nproc-per-node", "2", sys.executable, example,
                  "--backend", backend, "--limit", "8000", "--test-limit", "2000",
-                 "--result", result], timeout=300)
+                 "--result", result], timeout=300, check=backend == "tdist")
             with open(result) as f:
                 accuracy[backend] = json.load(f)["accuracy"]
     assert accuracy["tdist"] > 70.0, accuracy
