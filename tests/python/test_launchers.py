@@ -21,7 +21,12 @@ def tdistrun():
 
 def run(cmd, timeout, check=True):
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired as e:
+        if check:
+            raise
+        return f"{e.stdout or ''}{e.stderr or ''}"  # killed; judged by what it wrote
     if check:
         assert done.returncode == 0, f"{cmd} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
     return done.stdout + done.stderr
@@ -55,12 +60,13 @@ def test_seed_example_reaches_gloo_accuracy():
     with tempfile.TemporaryDirectory() as tmp:
         for backend in ("tdist", "gloo"):
             result = os.path.join(tmp, backend + ".json")
-            # torch 2.15's gloo sometimes aborts a rank at exit, after the results
-            # ("terminate called without an active exception", without tdist imported
-            # too): the reference run is judged by its result alone.
+            # gloo sometimes aborts (torch 2.15: "terminate called without an active
+            # exception") or hangs (1.13) at exit after the results, with or without
+            # tdist imported: the reference run is judged by its result file alone.
             run([tdistrun(), "--standalone", "--nproc-per-node", "2", sys.executable, example,
                  "--backend", backend, "--limit", "8000", "--test-limit", "2000",
-                 "--result", result], timeout=300, check=backend == "tdist")
+                 "--result", result], timeout=300 if backend == "tdist" else 150,
+                check=backend == "tdist")
             with open(result) as f:
                 accuracy[backend] = json.load(f)["accuracy"]
     assert accuracy["tdist"] > 70.0, accuracy
