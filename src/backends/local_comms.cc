@@ -61,11 +61,15 @@ std::unique_ptr<transport::Comm> make_auto_comm(std::shared_ptr<Store> store, in
   const std::vector<std::string> hosts = exchange_host_keys(*store, rank, size, timeout);
   const bool one_host = std::all_of(hosts.begin(), hosts.end(),
                                     [&](const std::string& h) { return h == hosts.front(); });
+  std::unique_ptr<transport::Comm> comm;
   if (one_host) {
-    return shm_comm(std::make_shared<PrefixStore>("shm/", std::move(store)), rank, size, timeout);
+    comm = shm_comm(std::make_shared<PrefixStore>("shm/", std::move(store)), rank, size, timeout);
+  } else {
+    comm =
+        make_tcp_comm(std::make_shared<PrefixStore>("tcp/", std::move(store)), rank, size, timeout);
   }
-  return make_tcp_comm(std::make_shared<PrefixStore>("tcp/", std::move(store)), rank, size,
-                       timeout);
+  comm->set_topology(transport::Topology::from_host_keys(hosts));
+  return comm;
 }
 
 }  // namespace tdist::backends

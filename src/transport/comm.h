@@ -30,8 +30,10 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <utility>
 
 #include "tdist/deadline.h"
+#include "transport/topology.h"
 
 namespace tdist::transport {
 
@@ -71,6 +73,14 @@ class Comm {
   virtual void abort(std::exception_ptr reason) = 0;
   // The abort reason, or null while the Comm is healthy.
   virtual std::exception_ptr error() const = 0;
+
+  // Which ranks share a host (topology.h); set once by whoever builds the Comm, before
+  // it is used. Unknown (empty) means one host.
+  const Topology& topology() const { return topology_; }
+  void set_topology(Topology topology) { topology_ = std::move(topology); }
+
+ private:
+  Topology topology_;
 };
 
 }  // namespace tdist::transport

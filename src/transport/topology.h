@@ -1,0 +1,34 @@
+// Topology: which ranks of a Comm share a host, for algorithms that treat intra-host and
+// inter-host traffic differently (hierarchical collectives).
+//
+// host_of[r] is the host index of rank r: ranks whose host keys are equal
+// (transport::shm_host_key(): boot id, network namespace) get the same index, and hosts
+// are numbered 0, 1, ... in order of their lowest rank. Every rank of a Comm holds the
+// same Topology (built from the same store exchange). An empty Topology means "unknown":
+// treat every rank as on one host. Plain value; thread-safe to read.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tdist::transport {
+
+struct Topology {
+  std::vector<int> host_of;  // by rank; empty = unknown (one host)
+
+  // From every rank's host key, by rank.
+  static Topology from_host_keys(const std::vector<std::string>& keys);
+
+  bool known() const { return !host_of.empty(); }
+  int num_hosts() const;
+  // True when every rank is on one host (or the topology is unknown).
+  bool single_host() const { return num_hosts() <= 1; }
+  // The ranks on `host`, ascending.
+  std::vector<int> ranks_on(int host) const;
+  // The lowest rank of each host, by host index (the hosts' "leaders").
+  std::vector<int> leaders() const;
+  // True when every host has the same number of ranks.
+  bool uniform() const;
+};
+
+}  // namespace tdist::transport
