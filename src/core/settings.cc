@@ -24,6 +24,9 @@ constexpr auto kSettings = std::to_array<Setting>({
     {"TDIST_ALGO", "",
      "force collective algorithms: 'all_reduce=ring,broadcast=chain' or a bare all_reduce "
      "algorithm ('ring', 'halving_doubling', 'recursive_doubling'); empty = by size"},
+    {"TDIST_CHANNELS", "shm,tcp",
+     "kinds of channel the auto backend may use, in order of preference: each peer gets the "
+     "first that can reach it (shm: same host; tcp: any)"},
     {"TDIST_CHUNK_BYTES", "262144",
      "pipeline chunk of the ring, chain and halving-doubling collectives, in bytes"},
     {"TDIST_ENGINE", "auto",

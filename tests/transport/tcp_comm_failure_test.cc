@@ -9,6 +9,7 @@
 #include "net/address.h"
 #include "net/socket.h"
 #include "tcp_test_util.h"
+#include "transport/shm/shm_comm.h"
 #include "tdist/error.h"
 
 namespace tdist::transport::testing {
@@ -62,12 +63,14 @@ TEST(TcpCommFailureTest, StrayConnectionsAreRejectedAndSetupStillCompletes) {
   auto store = std::make_shared<HashStore>();
   std::vector<std::unique_ptr<Comm>> comms(3);
   std::vector<std::thread> threads;
+  // Rank 2's host key, so that ranks 0 and 1 start connecting before rank 2 arrives.
+  store->set("host_key/2", shm_host_key());
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] { comms[r] = connect_tcp_comm(store, r, 3, test_options()); });
   }
   // A stranger connects to rank 0 and sends garbage; another claims to be rank 2 of a
   // different group.
-  net::HostPort hp = net::parse_host_port(to_string(store->get("addr/0", Deadline::after(10s))));
+  net::HostPort hp = net::parse_host_port(to_string(store->get("tcp/addr/0", Deadline::after(10s))));
   net::Fd garbage = net::connect_tcp(hp.host, hp.port, Deadline::after(10s));
   std::string junk(24, 'x');
   net::write_full(garbage.get(), junk.data(), junk.size(), Deadline::after(5s), "rank 0");

@@ -1,5 +1,5 @@
 // Ring: the layout of one shared-memory byte ring (one per ordered pair of ranks) and the
-// wrap-aware copies in and out of it.
+// wrap-aware copies in and out of it. It carries the core's byte stream (core/wire.h).
 //
 // The ring lives in a memfd created by its sender (setup.h) and mapped by both processes:
 // a 4 KiB control page, then `capacity` bytes of data. It is a single-producer,
@@ -7,11 +7,6 @@
 // and `tail` (bytes ever consumed, written only by the receiver) are monotonic 64-bit
 // counters on separate cache lines, so the two sides never write the same line. Data is
 // published with release stores of head/tail and read after acquire loads.
-//
-// Framing: each message is a 16-byte header {tag, bytes} followed by its payload, padded
-// so that the next header starts on a 64-byte boundary (a header never wraps, a payload
-// starts cache-line aligned and may wrap). A payload larger than the ring is streamed: the
-// sender writes as space frees up and the receiver consumes as bytes arrive.
 //
 // Sleeping without lost wakeups (Dekker style): a side that can make no progress sets its
 // flag (`reader_sleeping` when it waits for head to move, `writer_sleeping` when it waits
@@ -33,8 +28,7 @@ namespace tdist::transport::shm {
 
 inline constexpr uint64_t kRingMagic = 0x676e6952'4d536474ull;  // "tdSMRing"
 inline constexpr size_t kRingControlBytes = 4096;
-inline constexpr size_t kMessageAlign = 64;
-inline constexpr size_t kMessageHeaderBytes = 16;
+inline constexpr size_t kRingAlign = 64;  // capacities are multiples of this
 // Smallest and largest data area accepted (TDIST_SHM_RING_BYTES is clamped to these).
 inline constexpr size_t kMinRingBytes = 4096;
 inline constexpr size_t kMaxRingBytes = size_t{1} << 30;
@@ -54,11 +48,6 @@ static_assert(sizeof(RingControl) <= kRingControlBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free &&
                   std::atomic<uint32_t>::is_always_lock_free,
               "shared-memory counters must be lock-free to work across processes");
-
-// Bytes a message of `bytes` payload occupies in the ring (header, payload, padding).
-constexpr uint64_t footprint(uint64_t bytes) {
-  return (kMessageHeaderBytes + bytes + kMessageAlign - 1) / kMessageAlign * kMessageAlign;
-}
 
 // A mapped ring as seen by one side. Plain pointers into a mapping owned elsewhere.
 struct RingView {

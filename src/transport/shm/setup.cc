@@ -48,8 +48,8 @@ static_assert(sizeof(Hello) == 40);
   TDIST_THROW(Error, "shared-memory transport: ", what, " failed: ", net::errno_text(error));
 }
 
-uint64_t nonce_of(Store& store, int rank, Deadline deadline) {
-  if (rank == 0) {
+uint64_t nonce_of(Store& store, int rank, int first, Deadline deadline) {
+  if (rank == first) {
     std::random_device device;
     uint64_t nonce = (uint64_t{device()} << 32) ^ device() ^
                      static_cast<uint64_t>(Clock::now().time_since_epoch().count());
@@ -103,7 +103,7 @@ Mapping map_ring(int fd, uint64_t capacity, std::string* why) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) throw_errno("fstat(memfd)");
   const uint64_t length = kRingControlBytes + capacity;
-  if (capacity < kMinRingBytes || capacity > kMaxRingBytes || capacity % kMessageAlign != 0 ||
+  if (capacity < kMinRingBytes || capacity > kMaxRingBytes || capacity % kRingAlign != 0 ||
       static_cast<uint64_t>(st.st_size) != length) {
     *why = detail::str_cat("its ring (", st.st_size, " bytes) does not match capacity ", capacity);
     return {};
@@ -255,10 +255,11 @@ std::string connect_to(int rank, int peer, uint64_t nonce, size_t capacity, Dead
   return last_error;
 }
 
-// Accepts from every higher rank until all are linked or the deadline passes.
-void accept_all(int listen_fd, int rank, int size, uint64_t nonce, size_t capacity,
-                Deadline deadline, std::vector<PeerLink>* links) {
-  int missing = size - rank - 1;
+// Accepts from every higher peer until all are linked or the deadline passes.
+void accept_all(int listen_fd, int rank, int size, const std::vector<bool>& peers, uint64_t nonce,
+                size_t capacity, Deadline deadline, std::vector<PeerLink>* links) {
+  int missing = 0;
+  for (int peer = rank + 1; peer < size; ++peer) missing += peers[peer] ? 1 : 0;
   std::vector<Incoming> pending;
   while (missing > 0 && !deadline.expired()) {
     std::vector<pollfd> fds{{listen_fd, POLLIN, 0}};
@@ -269,6 +270,7 @@ void accept_all(int listen_fd, int rank, int size, uint64_t nonce, size_t capaci
       Incoming in = std::move(pending[i]);
       pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
       std::string why = check_hello(in, nonce, rank, rank + 1, size - 1);
+      if (why.empty() && !peers[in.hello.sender]) why = "not a shared-memory peer of this rank";
       if (why.empty() && (*links)[in.hello.sender].socket) why = "rank already connected";
       Mapping recv;
       if (why.empty()) recv = map_ring(in.ring.get(), in.hello.capacity, &why);
@@ -313,15 +315,14 @@ RingView Mapping::ring() const {
   return RingView{control, base + kRingControlBytes, length_ - kRingControlBytes};
 }
 
-std::vector<PeerLink> link_peers(Store& store, int rank, int size, size_t ring_bytes,
-                                 Deadline deadline) {
+std::vector<PeerLink> link_peers(Store& store, int rank, int size, const std::vector<bool>& peers,
+                                 int first, size_t ring_bytes, Deadline deadline) {
   std::vector<PeerLink> links(static_cast<size_t>(size));
   if (size <= 1) return links;
-  const size_t capacity =
-      (std::clamp(ring_bytes, kMinRingBytes, kMaxRingBytes) + kMessageAlign - 1) / kMessageAlign *
-      kMessageAlign;
+  const size_t capacity = (std::clamp(ring_bytes, kMinRingBytes, kMaxRingBytes) + kRingAlign - 1) /
+                          kRingAlign * kRingAlign;
   const auto start = Clock::now();
-  const uint64_t nonce = nonce_of(store, rank, deadline);
+  const uint64_t nonce = nonce_of(store, rank, first, deadline);
   net::Fd listener = unix_socket();
   sockaddr_un address;
   const socklen_t length = abstract_address(nonce, rank, &address);
@@ -332,12 +333,13 @@ std::vector<PeerLink> link_peers(Store& store, int rank, int size, size_t ring_b
   if (::listen(listener.get(), size) != 0) throw_errno("listen(AF_UNIX)");
   std::map<int, std::string> failures;
   for (int peer = 0; peer < rank; ++peer) {
+    if (!peers[peer]) continue;
     std::string why = connect_to(rank, peer, nonce, capacity, deadline, &links[peer]);
     if (!why.empty()) failures[peer] = why;
   }
-  accept_all(listener.get(), rank, size, nonce, capacity, deadline, &links);
+  accept_all(listener.get(), rank, size, peers, nonce, capacity, deadline, &links);
   for (int peer = rank + 1; peer < size; ++peer) {
-    if (!links[peer].socket) failures[peer] = "it never connected to this rank";
+    if (peers[peer] && !links[peer].socket) failures[peer] = "it never connected to this rank";
   }
   if (failures.empty()) return links;
   std::ostringstream list;

@@ -1,11 +1,14 @@
 // Setup of the shared-memory transport: one unix socket and two rings per pair of ranks.
 //
-// Rank 0 publishes a random 64-bit group nonce under "shm/nonce" in the store (namespaced
-// per group by the caller); nothing else goes through the store. Every rank listens on
-// the abstract unix stream socket "\0tdist-shm-<nonce hex>-<rank>" (no filesystem entry,
-// nothing to clean up; it is closed once setup ends). Rank i connects to every j < i, in
-// order, and then accepts from every j > i; this order cannot deadlock, because a rank's
-// connects only need lower ranks to reach their accept phase. Each side sends a hello
+// Only the pairs this kind of channel serves are linked: `peers` (by rank) says which
+// peers of this rank, and every participating rank passes the same `first` (the lowest
+// rank with any shared-memory peer), which publishes a random 64-bit group nonce under
+// "shm/nonce" in the store (namespaced per group by the caller); nothing else goes through
+// the store. Every rank listens on the abstract unix stream socket
+// "\0tdist-shm-<nonce hex>-<rank>" (no filesystem entry, nothing to clean up; it is closed
+// once setup ends). Rank i connects to every peer j < i, in order, and then accepts from
+// every peer j > i; this order cannot deadlock, because a rank's connects only need lower
+// ranks to reach their accept phase. Each side sends a hello
 // {magic, version, sender, receiver, nonce, pid, ring capacity} with the memfd of the ring
 // it will write to that peer attached (SCM_RIGHTS); the other side checks the hello and
 // maps the ring. A connection with a wrong hello is closed with a log line and does not
@@ -70,10 +73,10 @@ struct PeerLink {
   pid_t pid = 0;   // the peer's process id, for messages
 };
 
-// The links by peer rank (the entry at `rank` stays empty). `ring_bytes` is the data area
-// of each ring this rank sends on (rounded up to 64 bytes); peers may use other sizes.
-std::vector<PeerLink> link_peers(Store& store, int rank, int size, size_t ring_bytes,
-                                 Deadline deadline);
+// The links by peer rank (entries of non-peers and of `rank` stay empty). `ring_bytes` is the data
+// area of each ring this rank sends on (rounded up to 64 bytes); peers may use other sizes.
+std::vector<PeerLink> link_peers(Store& store, int rank, int size, const std::vector<bool>& peers,
+                                 int first, size_t ring_bytes, Deadline deadline);
 
 // boot id + ':' + inode of this network namespace + ':' + hostname (see shm_comm.h).
 std::string host_key();

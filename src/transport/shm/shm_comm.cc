@@ -1,22 +1,48 @@
-// connect_shm_comm and shm_host_key: argument checks, setup, and the Engine.
+// The shared-memory kind of channel, connect_shm_comm and shm_host_key.
 #include "transport/shm/shm_comm.h"
 
 #include "tdist/error.h"
-#include "transport/shm/engine.h"
+#include "transport/shm/channel.h"
 #include "transport/shm/setup.h"
 
 namespace tdist::transport {
+namespace {
+
+class ShmKind final : public ChannelKind {
+ public:
+  explicit ShmKind(const ShmCommOptions& options) : options_(options) {}
+  const char* name() const override { return "shm"; }
+  bool can_connect(const std::string& a, const std::string& b) const override { return a == b; }
+
+  ChannelTable connect(Store& store, int rank, int size, const std::vector<bool>& peers, int first,
+                       Deadline deadline) const override {
+    auto links = shm::link_peers(store, rank, size, peers, first, options_.ring_bytes, deadline);
+    ChannelTable table(static_cast<size_t>(size));
+    for (int peer = 0; peer < size; ++peer) {
+      if (peers[peer]) {
+        table[peer].push_back(std::make_unique<shm::ShmChannel>(std::move(links[peer])));
+      }
+    }
+    return table;
+  }
+
+ private:
+  ShmCommOptions options_;
+};
+
+}  // namespace
+
+std::unique_ptr<ChannelKind> make_shm_kind(const ShmCommOptions& options) {
+  return std::make_unique<ShmKind>(options);
+}
 
 std::unique_ptr<Comm> connect_shm_comm(std::shared_ptr<Store> store, int rank, int size,
-                                       const ShmCommOptions& options) {
-  TDIST_CHECK(size >= 1, InvalidArgument, "shared-memory transport: world size ", size,
-              " is not positive");
-  TDIST_CHECK(rank >= 0 && rank < size, InvalidArgument, "shared-memory transport: rank ", rank,
-              " is not in [0, ", size, ")");
-  TDIST_CHECK(store != nullptr, InvalidArgument, "shared-memory transport: no store given");
-  auto links =
-      shm::link_peers(*store, rank, size, options.ring_bytes, Deadline::after(options.timeout));
-  return std::make_unique<shm::Engine>(rank, size, std::move(links));
+                                       const ShmCommOptions& options,
+                                       const std::string& unreachable_hint) {
+  ChannelKinds kinds;
+  kinds.push_back(make_shm_kind(options));
+  return connect_comm(std::move(store), rank, size, std::move(kinds), options.timeout,
+                      unreachable_hint);
 }
 
 std::string shm_host_key() { return shm::host_key(); }

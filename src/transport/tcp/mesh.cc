@@ -98,8 +98,8 @@ std::string check_hello(const Hello& h, uint64_t group_id, size_t nsocks, int re
   return {};
 }
 
-uint64_t group_id_of(Store& store, int rank, Deadline deadline) {
-  if (rank == 0) {
+uint64_t group_id_of(Store& store, int rank, int first, Deadline deadline) {
+  if (rank == first) {
     std::random_device device;
     uint64_t id = (uint64_t{device()} << 32) ^ device() ^
                   static_cast<uint64_t>(Clock::now().time_since_epoch().count());
@@ -114,15 +114,16 @@ uint64_t group_id_of(Store& store, int rank, Deadline deadline) {
   return take<uint64_t>(value.data());
 }
 
-// Accepts connections from ranks rank+1..size-1 on its own thread until all arrived, the
-// deadline passed or stop() was called.
+// Accepts connections from the peers above `rank` on its own thread until all arrived,
+// the deadline passed or stop() was called.
 class Acceptor {
  public:
-  Acceptor(net::Listener listener, int rank, int size, uint64_t group_id, size_t nsocks,
-           Deadline deadline, std::vector<PeerSocket>* sockets)
+  Acceptor(net::Listener listener, int rank, int size, const std::vector<bool>& peers,
+           uint64_t group_id, size_t nsocks, Deadline deadline, std::vector<PeerSocket>* sockets)
       : listener_(std::move(listener)),
         rank_(rank),
         size_(size),
+        peers_(peers),
         group_id_(group_id),
         nsocks_(nsocks),
         deadline_(deadline),
@@ -147,7 +148,10 @@ class Acceptor {
   };
 
   void run() {
-    int missing = (size_ - rank_ - 1) * static_cast<int>(nsocks_);
+    int missing = 0;
+    for (int peer = rank_ + 1; peer < size_; ++peer) {
+      if (peers_[peer]) missing += static_cast<int>(nsocks_);
+    }
     std::vector<Pending> pending;
     while (missing > 0 && !stop_ && !deadline_.expired()) {
       std::vector<pollfd> fds;
@@ -190,6 +194,9 @@ class Acceptor {
     if (p->got < kHelloBytes) return false;
     Hello h = decode(p->hello);
     std::string why = check_hello(h, group_id_, nsocks_, rank_, rank_ + 1, size_ - 1);
+    if (why.empty() && !peers_[h.sender]) {
+      why = detail::str_cat("rank ", h.sender, " is reached by another kind of channel");
+    }
     if (why.empty() && (*sockets_)[h.sender].fds[h.lane]) {
       why = "rank already connected on this socket index (duplicate)";
     }
@@ -221,6 +228,7 @@ class Acceptor {
   net::Listener listener_;
   int rank_;
   int size_;
+  std::vector<bool> peers_;
   uint64_t group_id_;
   size_t nsocks_;
   Deadline deadline_;
@@ -281,28 +289,31 @@ std::string connect_to(Store& store, int rank, int peer, uint64_t group_id, size
 
 }  // namespace
 
-std::vector<PeerSocket> build_mesh(Store& store, int rank, int size, const std::string& local_ip,
-                                   size_t nsocks, Deadline deadline) {
+std::vector<PeerSocket> build_mesh(Store& store, int rank, int size, const std::vector<bool>& peers,
+                                   int first, const std::string& local_ip, size_t nsocks,
+                                   Deadline deadline) {
   TDIST_CHECK(nsocks >= 1 && nsocks <= 255, InvalidArgument, "TCP transport: ", nsocks,
               " sockets per peer is out of range");
   std::vector<PeerSocket> sockets(static_cast<size_t>(size));
   for (PeerSocket& s : sockets) s.fds.resize(nsocks);
   if (size <= 1) return sockets;
   const auto start = Clock::now();
-  uint64_t group_id = group_id_of(store, rank, deadline);
+  uint64_t group_id = group_id_of(store, rank, first, deadline);
   net::Listener listener = net::listen_tcp(local_ip, 0);
   std::string my_address = net::format_host_port(local_ip, listener.port());
   std::map<int, std::string> failures;
   {
-    Acceptor acceptor(std::move(listener), rank, size, group_id, nsocks, deadline, &sockets);
+    Acceptor acceptor(std::move(listener), rank, size, peers, group_id, nsocks, deadline, &sockets);
     store.set("addr/" + std::to_string(rank), my_address);
     for (int peer = 0; peer < rank; ++peer) {
+      if (!peers[peer]) continue;
       std::string why = connect_to(store, rank, peer, group_id, nsocks, deadline, &sockets[peer]);
       if (!why.empty()) failures[peer] = why;
     }
     acceptor.finish();
   }
   for (int peer = rank + 1; peer < size; ++peer) {
+    if (!peers[peer]) continue;
     for (const net::Fd& fd : sockets[peer].fds) {
       if (!fd) failures[peer] = "it never connected to " + my_address;
     }

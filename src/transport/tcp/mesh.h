@@ -1,9 +1,12 @@
 // Building the TCP transport's full mesh: `nsocks` connected sockets to every other rank.
 //
-// Each rank listens on an ephemeral port at `local_ip` and publishes "addr/<rank>" =
-// "ip:port" in the store (already namespaced per group by the caller); rank 0 also
-// publishes "group_id", a random 64-bit nonce. Rank i connects `nsocks` times to every
-// j < i and accepts from every j > i, concurrently (the accepts run on a helper thread).
+// Only the pairs of ranks this kind of channel serves are connected: `peers` (by rank) says
+// which peers of this rank, and every participating rank passes the same `first` (the
+// lowest rank that has any TCP peer). Each rank listens on an ephemeral port at
+// `local_ip` and publishes "addr/<rank>" = "ip:port" in the store (already namespaced per
+// group by the caller); rank `first` also publishes "group_id", a random 64-bit nonce.
+// Rank i connects `nsocks` times to every peer j < i and accepts from every peer j > i,
+// concurrently (the accepts run on a helper thread).
 // Both ends of a connection exchange a hello frame {magic u32, version u16, lane u8,
 // nsocks u8, sender u32, receiver u32, group id u64}; a connection whose hello is wrong
 // (another program, another group or attempt, a duplicate (rank, lane), another nsocks)
@@ -31,8 +34,9 @@ struct PeerSocket {
   std::string address;       // "host:port" of the peer, for messages
 };
 
-// The sockets by peer rank (the entry at `rank` stays empty).
-std::vector<PeerSocket> build_mesh(Store& store, int rank, int size, const std::string& local_ip,
-                                   size_t nsocks, Deadline deadline);
+// The sockets by peer rank (entries of non-peers and of `rank` stay empty).
+std::vector<PeerSocket> build_mesh(Store& store, int rank, int size, const std::vector<bool>& peers,
+                                   int first, const std::string& local_ip, size_t nsocks,
+                                   Deadline deadline);
 
 }  // namespace tdist::transport::tcp

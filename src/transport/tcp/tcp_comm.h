@@ -1,22 +1,19 @@
-// The TCP transport: a Comm over a full mesh of TCP connections.
+// The TCP transport: channels (channel.h) over TCP sockets, for peers on any host.
 //
-// connect_tcp_comm() picks the local address (interface.h), builds the mesh through the
-// store (mesh.h) and returns a Comm whose traffic runs over `nsocks_per_peer`
-// non-blocking sockets per peer (messages striped over them in send order, peer.h). One I/O thread
-// per Comm blocks in epoll_wait over all peer sockets: it reads into posted receive buffers and
-// flushes sends the kernel could not take at once. Callers do the rest on their own threads: isend
-// writes immediately when the peer's queue is empty, and wait() drives its own request (blocks in
-// poll() on that peer's socket and reads or writes itself, while the I/O thread stays off that
-// socket), so a message arriving wakes the waiting thread directly. Nothing spins.
+// Setup picks the local address (interface.h) and builds the connections through the
+// store (mesh.h): `nsocks_per_peer` non-blocking sockets per peer, over which the core
+// stripes whole messages (core/peer.h). connect_tcp_comm() returns a Comm whose every
+// peer is reached over TCP (the `tcp` backend); make_tcp_kind() is the kind the `auto`
+// backend uses for peers that no better kind reaches (connect.h).
 //
-// Ownership: the caller owns the Comm (destroying it stops the I/O thread, tells every
-// peer goodbye and closes the sockets; pending requests fail with PeerError). The store
-// is used only during connect_tcp_comm. Thread-safety: as comm.h.
-// Failure: EOF without goodbye, a reset, or EPOLLERR on any socket aborts the Comm with
-// PeerError "rank R: connection to rank P (host:port) lost: ..."; aborting (for any
-// reason) sends every peer an abort notice and shuts all sockets down, so the peers abort
-// too within milliseconds. A length mismatch fails only that receive with DesyncError
-// (the payload is read and dropped; the stream stays usable).
+// Ownership: the caller owns the Comm (destroying it says goodbye to every peer and closes
+// the sockets; pending requests fail with PeerError). The store is used only during
+// setup. Thread-safety: as comm.h.
+// Failure: EOF without goodbye, a reset or a write error on any socket aborts the Comm
+// with PeerError "rank R: connection to rank P (tcp host:port) lost: ..."; aborting (for
+// any reason) sends every peer an abort notice and shuts all sockets down, so the peers
+// abort too within milliseconds of waiting on them. A length mismatch fails only that
+// receive with DesyncError (the payload is read and dropped; the stream stays usable).
 #pragma once
 
 #include <chrono>
@@ -27,6 +24,7 @@
 #include "tdist/settings.h"
 #include "tdist/store.h"
 #include "transport/comm.h"
+#include "transport/connect.h"
 
 namespace tdist::transport {
 
@@ -48,5 +46,9 @@ struct TcpCommOptions {
 // when some rank did not connect in time, PeerError when the store fails.
 std::unique_ptr<Comm> connect_tcp_comm(std::shared_ptr<Store> store, int rank, int size,
                                        const TcpCommOptions& options = {});
+
+// The TCP kind of channel (connect.h): reaches every peer. `options.timeout` is unused
+// (connect_comm has the deadline).
+std::unique_ptr<ChannelKind> make_tcp_kind(const TcpCommOptions& options);
 
 }  // namespace tdist::transport

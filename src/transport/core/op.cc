@@ -1,23 +1,23 @@
-// Op's description and ShmRequest's wait/test/cancel (the waiting itself is the Engine's).
-#include "transport/shm/request.h"
+// Op's description and CoreRequest's wait/test/cancel (the waiting itself is the Engine's).
+#include "transport/core/op.h"
 
 #include <chrono>
 
 #include "tdist/error.h"
-#include "transport/shm/engine.h"
+#include "transport/core/engine.h"
 
-namespace tdist::transport::shm {
+namespace tdist::transport::core {
 
 std::string Op::describe() const {
   return detail::str_cat(is_send ? "send to" : "receive from", " rank ", peer, " (tag 0x", std::hex,
                          tag, std::dec, ", ", bytes, " bytes)");
 }
 
-ShmRequest::~ShmRequest() {
-  if (!op_->done()) engine_->cancel(*op_);
+CoreRequest::~CoreRequest() {
+  if (engine_ != nullptr && !op_->done()) engine_->cancel(*op_);
 }
 
-void ShmRequest::wait(Deadline deadline) {
+void CoreRequest::wait(Deadline deadline) {
   if (!op_->done()) {
     const auto start = Clock::now();
     if (!engine_->wait_for(*op_, deadline)) {
@@ -30,11 +30,11 @@ void ShmRequest::wait(Deadline deadline) {
   if (op_->error()) std::rethrow_exception(op_->error());
 }
 
-bool ShmRequest::test() {
+bool CoreRequest::test() {
   if (!op_->done()) engine_->try_progress(*op_);
   if (!op_->done()) return false;
   if (op_->error()) std::rethrow_exception(op_->error());
   return true;
 }
 
-}  // namespace tdist::transport::shm
+}  // namespace tdist::transport::core

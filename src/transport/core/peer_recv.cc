@@ -1,77 +1,57 @@
-// Peer: the receive side — reading, header parsing, matching against posted receives,
-// the unexpected-message queue, and the control frames (goodbye, abort notice).
-#include <sys/epoll.h>
-#include <sys/uio.h>
-
+// Peer: the receive side — reading the lanes, header parsing, matching against posted
+// receives, the unexpected-message queue, the control frames and the end of a stream.
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <new>
 
-#include "net/fd.h"
 #include "tdist/error.h"
-#include "transport/tcp/peer.h"
-#include "transport/tcp/wire.h"
+#include "transport/core/peer.h"
+#include "transport/core/wire.h"
 
-namespace tdist::transport::tcp {
+namespace tdist::transport::core {
 namespace {
 
-// Larger than any sane message; a header claiming more means the stream is corrupt.
-constexpr uint64_t kMaxMessageBytes = uint64_t{1} << 44;
-// A direct read at least this long is followed by the next header only (read_locked).
+// A direct read at least this long is followed by the next header only (read_lane_locked).
 constexpr size_t kDirectOnlyBytes = 32 * 1024;
 
 }  // namespace
 
-std::shared_ptr<Op> Peer::post_recv(uint64_t tag, void* data, size_t bytes) {
-  auto op = std::make_shared<Op>(this, false, tag, data, bytes);
-  std::string message;
-  {
-    std::lock_guard<std::mutex> lock(recv_mu_);
-    if (recv_error_) {
-      op->completion.complete(recv_error_);
-      return op;
+std::shared_ptr<Op> Peer::post_recv(uint64_t tag, void* data, size_t bytes,
+                                    std::string* lost_message) {
+  auto op = std::make_shared<Op>(rank_, false, tag, data, bytes);
+  std::lock_guard<std::mutex> lock(recv_mu_);
+  if (recv_error_) {
+    op->complete(recv_error_);
+    return op;
+  }
+  auto it = std::find_if(unexpected_.begin(), unexpected_.end(),
+                         [&](const Unexpected& u) { return u.tag == tag; });
+  Incoming* incoming = it == unexpected_.end() ? nullptr : &lanes_[it->lane].incoming;
+  if (it == unexpected_.end()) {
+    posted_.push_back(op);
+    if (goodbyes_ == nlanes_) {
+      *lost_message = lost("it destroyed its Comm, so this receive can never complete");
     }
-    auto it = std::find_if(unexpected_.begin(), unexpected_.end(),
-                           [&](const Unexpected& u) { return u.tag == tag; });
-    Incoming* incoming = it == unexpected_.end() ? nullptr : &lanes_[it->lane].incoming;
-    if (it == unexpected_.end()) {
-      posted_.push_back(op);
-      if (goodbye_) {
-        message = lost("it destroyed its Comm, so this receive can never complete");
-      }
-    } else if (it->bytes != bytes) {
-      op->completion.complete(desync(tag, bytes, it->bytes));
-      if (!it->complete) {  // still arriving: drop the rest
-        incoming->dest = nullptr;
-        incoming->unexpected = nullptr;
-      }
-      unexpected_.erase(it);
-    } else if (it->complete) {
-      if (bytes > 0) std::memcpy(data, it->data.get(), bytes);
-      unexpected_.erase(it);
-      op->completion.complete(nullptr);
-    } else {
-      // It is the message being read: take what arrived, the rest goes straight to `data`.
-      if (incoming->got > 0) std::memcpy(data, it->data.get(), incoming->got);
-      incoming->dest = op->data;
-      incoming->op = op;
+  } else if (it->bytes != bytes) {
+    op->complete(desync(tag, bytes, it->bytes));
+    if (!it->complete) {  // still arriving: drop the rest
+      incoming->dest = nullptr;
       incoming->unexpected = nullptr;
-      unexpected_.erase(it);
     }
+    unexpected_.erase(it);
+  } else if (it->complete) {
+    if (bytes > 0) std::memcpy(data, it->data.get(), bytes);
+    unexpected_.erase(it);
+    op->complete(nullptr);
+  } else {
+    // It is the message being read: take what arrived, the rest goes straight to `data`.
+    if (incoming->got > 0) std::memcpy(data, it->data.get(), incoming->got);
+    incoming->dest = op->data;
+    incoming->op = op;
+    incoming->unexpected = nullptr;
+    unexpected_.erase(it);
   }
-  report(message);
   return op;
-}
-
-void Peer::on_readable(size_t lane) {
-  std::string message;
-  {
-    std::lock_guard<std::mutex> lock(recv_mu_);
-    if (recv_driver_) return;  // an event fetched before the waiter took over
-    message = read_locked(lane);
-  }
-  report(message);
 }
 
 std::exception_ptr Peer::desync(uint64_t tag, size_t expected, size_t actual) const {
@@ -81,57 +61,24 @@ std::exception_ptr Peer::desync(uint64_t tag, size_t expected, size_t actual) co
       " bytes (ranks disagree on the operation or its size)")));
 }
 
-void Peer::stop_polling(size_t lane_index) {
-  Lane& lane = lanes_[lane_index];
-  lane.eof = true;
-  std::lock_guard<std::mutex> lock(interest_mu_);
-  if (lane.registered) ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, lane.fd.get(), nullptr);
-  lane.registered = false;
-}
-
-bool Peer::all_eof_locked() const {
-  for (const Lane& lane : lanes_) {
-    if (!lane.eof) return false;
-  }
-  return true;
-}
-
-void Peer::refresh_want_in_locked() {
-  if (recv_driver_) return;
-  for (size_t i = 0; i < nlanes_; ++i) {
-    set_want_in(i, !lanes_[i].eof && !lanes_[i].blocked);
-  }
-}
-
-std::string Peer::read_locked(size_t lane) {
-  std::string message;
-  if (lane != kAllLanes) {
-    message = read_lane_locked(lane);
-  } else {
-    for (size_t i = 0; i < nlanes_ && message.empty(); ++i) message = read_lane_locked(i);
-  }
-  if (message.empty()) message = unblock_locked();
-  refresh_want_in_locked();
-  return message;
-}
-
-std::string Peer::unblock_locked() {
+std::string Peer::unblock_locked(Progress* progress) {
   while (!recv_error_) {
-    Lane& lane = lanes_[recv_seq_ % nlanes_];
+    const size_t index = static_cast<size_t>(recv_seq_ % nlanes_);
+    Lane& lane = lanes_[index];
     if (!lane.blocked) return {};
     lane.blocked = false;
-    std::string message = consume_staged_locked(recv_seq_ % nlanes_);
+    std::string message = consume_staged_locked(index, progress);
     if (!message.empty()) return message;
   }
   return {};
 }
 
-std::string Peer::read_lane_locked(size_t lane_index) {
+std::string Peer::read_lane_locked(size_t lane_index, Progress* progress) {
   Lane& lane = lanes_[lane_index];
   Incoming& incoming = lane.incoming;
   size_t total = 0;
   while (!lane.eof && !recv_error_ && !lane.blocked) {
-    std::string message = consume_staged_locked(lane_index);
+    std::string message = consume_staged_locked(lane_index, progress);
     if (!message.empty() || lane.blocked) return message;
     if (lane.staged_begin > 0) {  // keep a partial header at the front
       std::memmove(lane.staging.get(), lane.staging.get() + lane.staged_begin,
@@ -140,7 +87,7 @@ std::string Peer::read_lane_locked(size_t lane_index) {
       lane.staged_begin = 0;
     }
     iovec iov[2];
-    int count = 0;
+    size_t count = 0;
     size_t direct = 0;
     if (incoming.active && incoming.dest != nullptr) {
       direct = incoming.bytes - incoming.got;
@@ -152,52 +99,54 @@ std::string Peer::read_lane_locked(size_t lane_index) {
     if (direct >= kDirectOnlyBytes) room = std::min(room, kHeaderBytes);
     iov[count++] = {lane.staging.get() + lane.staged_end, room};
     const size_t wanted = direct + room;
-    ssize_t n = ::readv(lane.fd.get(), iov, count);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return {};
-      int error = errno;
-      stop_polling(lane_index);
-      if (lane.goodbye) return {};  // e.g. ECONNRESET after a clean goodbye
-      return lost(detail::str_cat("read failed: ", net::errno_text(error)));
-    }
-    if (n == 0) {
-      stop_polling(lane_index);
-      if (lane.goodbye) return {};
-      return lost(
-          "the peer closed the connection without a goodbye (its process exited or was "
-          "killed?)");
-    }
-    size_t got = static_cast<size_t>(n);
-    size_t to_direct = std::min(got, direct);
+    bool eof = false;
+    std::string why;
+    const size_t got = lane.channel->read(iov, count, &eof, &why);
+    if (!why.empty()) return end_of_stream_locked(lane_index, why);
+    if (got > 0) progress->moved = true;
+    const size_t to_direct = std::min(got, direct);
     if (to_direct > 0) {
       incoming.got += to_direct;
       if (incoming.got == incoming.bytes) {
-        message = finish_message_locked(lane_index);
+        message = finish_message_locked(lane_index, progress);
         if (!message.empty()) return message;
       }
     }
     lane.staged_end += got - to_direct;
     total += got;
-    if (got < wanted || total >= kReadBudget) return consume_staged_locked(lane_index);
+    if (eof) {
+      message = consume_staged_locked(lane_index, progress);
+      if (!message.empty()) return message;
+      return end_of_stream_locked(lane_index, {});
+    }
+    if (got < wanted || total >= kReadBudget) return consume_staged_locked(lane_index, progress);
   }
   return {};
 }
 
-std::string Peer::consume_staged_locked(size_t lane_index) {
+std::string Peer::end_of_stream_locked(size_t lane_index, const std::string& why) {
+  Lane& lane = lanes_[lane_index];
+  lane.eof = true;
+  if (lane.goodbye) return {};  // e.g. a reset after a clean goodbye
+  if (!why.empty()) return lost(why);
+  return lost(
+      "the peer closed the connection without a goodbye (its process exited or was killed?)");
+}
+
+std::string Peer::consume_staged_locked(size_t lane_index, Progress* progress) {
   Lane& lane = lanes_[lane_index];
   Incoming& incoming = lane.incoming;
   while (true) {
-    size_t avail = lane.staged_end - lane.staged_begin;
+    const size_t avail = lane.staged_end - lane.staged_begin;
     if (incoming.active) {
-      size_t take = std::min(avail, incoming.bytes - incoming.got);
+      const size_t take = std::min(avail, incoming.bytes - incoming.got);
       if (incoming.dest != nullptr && take > 0) {
         std::memcpy(incoming.dest + incoming.got, lane.staging.get() + lane.staged_begin, take);
       }
       incoming.got += take;
       lane.staged_begin += take;
       if (incoming.got < incoming.bytes) return {};
-      std::string message = finish_message_locked(lane_index);
+      std::string message = finish_message_locked(lane_index, progress);
       if (!message.empty()) return message;
       continue;
     }
@@ -213,12 +162,13 @@ std::string Peer::consume_staged_locked(size_t lane_index) {
       return {};
     }
     lane.staged_begin += kHeaderBytes;
-    std::string message = start_message_locked(lane_index, header.tag, header.bytes);
+    std::string message = start_message_locked(lane_index, header.tag, header.bytes, progress);
     if (!message.empty()) return message;
   }
 }
 
-std::string Peer::start_message_locked(size_t lane_index, uint64_t tag, uint64_t bytes) {
+std::string Peer::start_message_locked(size_t lane_index, uint64_t tag, uint64_t bytes,
+                                       Progress* progress) {
   Lane& lane = lanes_[lane_index];
   Incoming& incoming = lane.incoming;
   if (tag == kGoodbyeTag) {
@@ -226,9 +176,8 @@ std::string Peer::start_message_locked(size_t lane_index, uint64_t tag, uint64_t
       lane.goodbye = true;
       ++goodbyes_;
     }
-    peer_gone_.store(true, std::memory_order_release);
     if (goodbyes_ < nlanes_) return {};
-    goodbye_ = true;
+    peer_gone_.store(true, std::memory_order_release);
     if (!posted_.empty()) {
       return lost(detail::str_cat("it destroyed its Comm while ", posted_.size(),
                                   " receive(s) from it were pending"));
@@ -255,7 +204,8 @@ std::string Peer::start_message_locked(size_t lane_index, uint64_t tag, uint64_t
       std::shared_ptr<Op> op = std::move(*it);
       posted_.erase(it);
       if (op->bytes != bytes) {
-        op->completion.complete(desync(tag, op->bytes, bytes));  // payload is dropped
+        op->complete(desync(tag, op->bytes, bytes));  // the payload is dropped
+        ++progress->completed;
       } else {
         incoming.dest = op->data;
         incoming.op = std::move(op);
@@ -272,22 +222,25 @@ std::string Peer::start_message_locked(size_t lane_index, uint64_t tag, uint64_t
       incoming.dest = incoming.unexpected->data.get();
     }
   }
-  if (bytes == 0) return finish_message_locked(lane_index);
+  if (bytes == 0) return finish_message_locked(lane_index, progress);
   return {};
 }
 
-std::string Peer::finish_message_locked(size_t lane_index) {
+std::string Peer::finish_message_locked(size_t lane_index, Progress* progress) {
   Lane& lane = lanes_[lane_index];
   Incoming done = std::move(lane.incoming);
   lane.incoming = Incoming{};
   if (done.tag == kAbortTag) {
-    stop_polling(lane_index);
-    return detail::str_cat("rank ", self_rank_, ": rank ", rank_, " (", address_,
+    lane.eof = true;
+    return detail::str_cat("rank ", self_rank_, ": rank ", rank_, " (", lane.channel->describe(),
                            ") aborted its Comm: ", done.control);
   }
-  if (done.op) done.op->completion.complete(nullptr);
+  if (done.op) {
+    done.op->complete(nullptr);
+    ++progress->completed;
+  }
   if (done.unexpected != nullptr) done.unexpected->complete = true;
   return {};
 }
 
-}  // namespace tdist::transport::tcp
+}  // namespace tdist::transport::core

@@ -1,5 +1,5 @@
 // Engine: waiting and driving, the sleep in poll(), abort and destruction.
-#include "transport/shm/engine.h"
+#include "transport/core/engine.h"
 
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -10,12 +10,13 @@
 
 #include "tdist/error.h"
 #include "tdist/logging.h"
+#include "transport/core/wire.h"
 
-namespace tdist::transport::shm {
+namespace tdist::transport::core {
 namespace {
 
-// How long destruction may spend flushing sends whose Requests were dropped unfinished.
-constexpr auto kFlushAtCloseTimeout = std::chrono::seconds(2);
+// How long destruction may spend flushing sends and saying goodbye.
+constexpr auto kCloseTimeout = std::chrono::seconds(2);
 
 std::string what_of(const std::exception_ptr& error) {
   try {
@@ -56,20 +57,22 @@ class Engine::DriverLease {
   bool held_;
 };
 
-Engine::Engine(int rank, int size, std::vector<PeerLink> links)
+Engine::Engine(int rank, int size, std::vector<std::vector<std::unique_ptr<Channel>>> channels)
     : rank_(rank), size_(size), peers_(static_cast<size_t>(size)) {
   wake_ = net::Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!wake_)
-    TDIST_THROW(Error, "shared-memory transport: eventfd failed: ", net::errno_text(errno));
+  if (!wake_) TDIST_THROW(Error, "transport: eventfd failed: ", net::errno_text(errno));
   for (int peer = 0; peer < size; ++peer) {
-    if (peer != rank) peers_[peer] = std::make_unique<Peer>(rank, peer, std::move(links[peer]));
+    if (peer != rank) {
+      peers_[peer] = std::make_unique<Peer>(rank, peer, std::move(channels[peer]));
+    }
   }
 }
 
 Engine::~Engine() {
   destroying_ = true;
   if (!aborted_.load()) {
-    // Sends whose Requests were dropped unfinished still belong to the rings.
+    const Deadline deadline = Deadline::after(kCloseTimeout);
+    // Sends whose Requests were dropped unfinished still belong to the streams.
     auto queued = [this] {
       for (const auto& peer : peers_) {
         if (peer && peer->sends_queued()) return true;
@@ -78,10 +81,10 @@ Engine::~Engine() {
     };
     if (queued()) {
       DriverLease lease(*this);
-      if (lease.held()) drive([&] { return !queued(); }, Deadline::after(kFlushAtCloseTimeout));
+      if (lease.held()) drive([&] { return !queued() || aborted_.load(); }, deadline);
     }
     for (auto& peer : peers_) {
-      if (peer) peer->say_goodbye();
+      if (peer && !aborted_.load()) peer->say_goodbye(deadline);
     }
   }
   auto error = std::make_exception_ptr(
@@ -91,15 +94,23 @@ Engine::~Engine() {
   }
 }
 
-void Engine::check_args(const char* what, int peer, const void* data, size_t bytes) const {
+void Engine::check_args(const char* what, int peer, uint64_t tag, const void* data,
+                        size_t bytes) const {
   TDIST_CHECK(peer >= 0 && peer < size_ && peer != rank_, InvalidArgument, "rank ", rank_, ": ",
               what, " rank ", peer, ": not another rank of this group (size ", size_, ")");
+  TDIST_CHECK(tag != kGoodbyeTag && tag != kAbortTag, InvalidArgument, "rank ", rank_, ": tag 0x",
+              std::hex, tag, " is reserved by the transport");
   TDIST_CHECK(data != nullptr || bytes == 0, InvalidArgument, "rank ", rank_, ": ", what, " rank ",
               peer, ": null buffer for ", bytes, " bytes");
 }
 
+const char* Engine::channel_kind(int peer) const {
+  if (peer < 0 || peer >= size_ || !peers_[peer]) return nullptr;
+  return peers_[peer]->kind();
+}
+
 RequestPtr Engine::isend(int peer, uint64_t tag, const void* data, size_t bytes) {
-  check_args("isend to", peer, data, bytes);
+  check_args("isend to", peer, tag, data, bytes);
   std::string lost;
   std::shared_ptr<Op> op = peers_[peer]->post_send(tag, data, bytes, &lost);
   if (!lost.empty()) {
@@ -107,12 +118,15 @@ RequestPtr Engine::isend(int peer, uint64_t tag, const void* data, size_t bytes)
   } else if (!op->done()) {
     wake_driver();  // a sleeping driver must learn that this send waits for room
   }
-  return std::make_unique<ShmRequest>(this, std::move(op));
+  return std::make_unique<CoreRequest>(this, std::move(op));
 }
 
 RequestPtr Engine::irecv(int peer, uint64_t tag, void* data, size_t bytes) {
-  check_args("irecv from", peer, data, bytes);
-  return std::make_unique<ShmRequest>(this, peers_[peer]->post_recv(tag, data, bytes));
+  check_args("irecv from", peer, tag, data, bytes);
+  std::string lost;
+  std::shared_ptr<Op> op = peers_[peer]->post_recv(tag, data, bytes, &lost);
+  if (!lost.empty()) report(lost);
+  return std::make_unique<CoreRequest>(this, std::move(op));
 }
 
 void Engine::abort(std::exception_ptr reason) {
@@ -176,10 +190,7 @@ Progress Engine::progress_pass() {
   Progress progress;
   std::string lost;
   for (auto& peer : peers_) {
-    if (peer && lost.empty()) progress += peer->flush(&lost);
-  }
-  for (auto& peer : peers_) {
-    if (peer && lost.empty()) progress += peer->drain(&lost);
+    if (peer && lost.empty()) progress += peer->progress(&lost);
   }
   if (!lost.empty()) report(lost);
   return progress;
@@ -187,8 +198,11 @@ Progress Engine::progress_pass() {
 
 bool Engine::sleep(Deadline deadline) {
   driver_sleeping_.store(true);
-  for (auto& peer : peers_) {
-    if (peer) peer->arm_sleep();
+  std::vector<pollfd> fds{{wake_.get(), POLLIN, 0}};
+  std::vector<size_t> first(peers_.size(), 0);
+  for (size_t r = 0; r < peers_.size(); ++r) {
+    first[r] = fds.size();
+    if (peers_[r]) peers_[r]->prepare_sleep(&fds);
   }
   std::atomic_thread_fence(std::memory_order_seq_cst);
   bool ready = aborted_.load();
@@ -197,38 +211,27 @@ bool Engine::sleep(Deadline deadline) {
   }
   bool timed_out = false;
   std::string lost;
+  int n = 0;
   if (!ready) {
-    std::vector<pollfd> fds{{wake_.get(), POLLIN, 0}};
-    std::vector<Peer*> polled;
-    for (auto& peer : peers_) {
-      if (!peer || !peer->pollable()) continue;
-      fds.push_back({peer->socket(), POLLIN, 0});
-      polled.push_back(peer.get());
-    }
-    int n = ::poll(fds.data(), fds.size(), deadline.poll_timeout_ms());
+    n = ::poll(fds.data(), fds.size(), deadline.poll_timeout_ms());
     if (n < 0 && errno != EINTR) {
-      lost = detail::str_cat("rank ", rank_,
-                             ": shared-memory transport poll failed: ", net::errno_text(errno));
+      lost = detail::str_cat("rank ", rank_, ": transport poll failed: ", net::errno_text(errno));
     }
     timed_out = n == 0 && deadline.expired();
     if (n > 0 && fds[0].revents != 0) {
       uint64_t count = 0;
       (void)!::read(wake_.get(), &count, sizeof(count));
     }
-    for (size_t i = 0; n > 0 && i < polled.size() && lost.empty(); ++i) {
-      if (fds[i + 1].revents != 0) polled[i]->read_control(&lost);
-    }
   }
-  for (auto& peer : peers_) {
-    if (peer) peer->disarm_sleep();
+  for (size_t r = 0; r < peers_.size(); ++r) {
+    if (!peers_[r]) continue;
+    if (n <= 0) {
+      for (size_t i = first[r]; i < first[r] + peers_[r]->lane_count(); ++i) fds[i].revents = 0;
+    }
+    peers_[r]->wake_up(&fds[first[r]]);
   }
   driver_sleeping_.store(false);
-  if (!lost.empty()) {
-    // What a dead peer wrote before it died is still in its ring (a socket delivers the
-    // bytes before the EOF too): take it, then abort.
-    if (progress_pass().completed > 0) notify_waiters();
-    report(lost);
-  }
+  if (!lost.empty()) report(lost);
   return !timed_out;
 }
 
@@ -256,7 +259,7 @@ void Engine::abort_with(const std::exception_ptr& reason, bool log) {
     error_ = reason;
   }
   const std::string text = what_of(reason);
-  if (log && !destroying_) TDIST_LOG(kWarn) << "shared-memory transport aborted: " << text;
+  if (log && !destroying_) TDIST_LOG(kWarn) << "transport aborted: " << text;
   for (auto& peer : peers_) {
     if (peer) peer->fail_all(reason, /*tell_peer=*/true, text);
   }
@@ -268,4 +271,4 @@ void Engine::abort_with(const std::exception_ptr& reason, bool log) {
   wait_cv_.notify_all();
 }
 
-}  // namespace tdist::transport::shm
+}  // namespace tdist::transport::core

@@ -1,15 +1,16 @@
-// Requests of the shared-memory transport: the state of one send or receive (Op) and the
-// Request handed to the caller.
+// Op: the state of one send or receive in the core, and the Request handed to the caller.
 //
-// Ownership: an Op is shared (shared_ptr) by the caller's ShmRequest and, while pending,
+// Ownership: an Op is shared (shared_ptr) by the caller's CoreRequest and, while pending,
 // by its Peer's queues; the caller's buffer is only borrowed. Completion happens exactly
 // once, under the owning Peer's lock for that direction (or in abort), and is published
 // with a seq_cst store, so a waiter that sees it done also sees the bytes and the error.
-// Waiting: ShmRequest::wait hands the Op to the Engine (engine.h), which either drives the
-// whole Comm's progress on this thread or sleeps until another driver completes the Op.
-// Thread-safety: complete/done may race freely; one ShmRequest is used by one thread at a
-// time. Destroying a pending ShmRequest cancels it (a receive is withdrawn, a partly
-// written send keeps its payload in a private copy until it is out).
+// Waiting: CoreRequest::wait hands the Op to the Engine (engine.h), which either drives
+// the whole Comm's progress on this thread or sleeps until another driver completes it.
+// Cancel on destroy (comm.h): destroying a pending CoreRequest withdraws a receive; a send
+// whose first byte left keeps its remainder in a private copy until it is out (the stream
+// needs it), one that never started is dropped (with one channel) or sent from a copy.
+// Thread-safety: complete/done may race freely; one CoreRequest is used by one thread at
+// a time.
 #pragma once
 
 #include <atomic>
@@ -21,7 +22,7 @@
 
 #include "transport/comm.h"
 
-namespace tdist::transport::shm {
+namespace tdist::transport::core {
 
 class Engine;
 
@@ -32,7 +33,10 @@ class Op {
         is_send(send),
         tag(op_tag),
         data(static_cast<uint8_t*>(buffer)),
-        bytes(size) {}
+        bytes(size) {
+    header[0] = op_tag;
+    header[1] = size;
+  }
 
   bool done() const { return done_.load(std::memory_order_seq_cst); }
   // Marks done with `error` (null = success). Call once.
@@ -50,8 +54,10 @@ class Op {
   const uint64_t tag;
   uint8_t* data;  // a send's payload moves to `owned` when it is cancelled part-way
   const size_t bytes;
-  // Send only: bytes of the message's ring footprint (ring.h) written so far.
-  uint64_t sent = 0;
+  // Send only: the wire header, the bytes of header + payload written so far, the lane.
+  uint64_t header[2];
+  size_t sent = 0;
+  size_t lane = 0;
   std::unique_ptr<uint8_t[]> owned;
 
  private:
@@ -59,11 +65,11 @@ class Op {
   std::exception_ptr error_;
 };
 
-class ShmRequest final : public Request {
+class CoreRequest final : public Request {
  public:
-  // `engine` owns the Peer the Op went to.
-  ShmRequest(Engine* engine, std::shared_ptr<Op> op) : engine_(engine), op_(std::move(op)) {}
-  ~ShmRequest() override;
+  // `engine` owns the Peer the Op went to (null for a request that failed at once).
+  CoreRequest(Engine* engine, std::shared_ptr<Op> op) : engine_(engine), op_(std::move(op)) {}
+  ~CoreRequest() override;
   void wait(Deadline deadline) override;
   bool test() override;
 
@@ -72,4 +78,4 @@ class ShmRequest final : public Request {
   std::shared_ptr<Op> op_;
 };
 
-}  // namespace tdist::transport::shm
+}  // namespace tdist::transport::core

@@ -1,0 +1,121 @@
+// connect_comm: the host-key exchange, the choice of a kind per pair, and the Engine.
+#include "transport/connect.h"
+
+#include <sstream>
+
+#include "tdist/error.h"
+#include "tdist/logging.h"
+#include "tdist/prefix_store.h"
+#include "transport/core/engine.h"
+#include "transport/shm/shm_comm.h"
+
+namespace tdist::transport {
+namespace {
+
+// "1,2,5-7".
+std::string rank_list(const std::vector<int>& ranks) {
+  std::ostringstream out;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    out << (i == 0 ? "" : ",") << ranks[i];
+    if (j > i) out << "-" << ranks[j];
+    i = j + 1;
+  }
+  return out.str();
+}
+
+}  // namespace
+
+std::vector<std::string> exchange_host_keys(Store& store, int rank, int size, Deadline deadline) {
+  const auto start = Clock::now();
+  store.set("host_key/" + std::to_string(rank), shm_host_key());
+  std::vector<std::string> keys;
+  keys.reserve(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) keys.push_back("host_key/" + std::to_string(r));
+  std::vector<Bytes> values;
+  try {
+    values = store.multi_get(keys, deadline);
+  } catch (const TimeoutError&) {
+    std::vector<int> missing;
+    for (int r = 0; r < size; ++r) {
+      if (!store.check({keys[r]})) missing.push_back(r);
+    }
+    std::ostringstream list;
+    for (int r : missing) {
+      list << (r == missing.front() ? "" : "; ") << "rank " << r
+           << ": it never connected (published no host key in the store)";
+    }
+    const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+    TDIST_THROW(TimeoutError, "rank ", rank, ": transport setup (world size ", size,
+                ") did not finish within ", static_cast<int64_t>(secs * 10 + 0.5) / 10.0,
+                "s; ranks never connected: ", list.str());
+  }
+  std::vector<std::string> hosts;
+  hosts.reserve(values.size());
+  for (const Bytes& v : values) hosts.push_back(to_string(v));
+  return hosts;
+}
+
+std::unique_ptr<Comm> connect_comm(std::shared_ptr<Store> store, int rank, int size,
+                                   ChannelKinds kinds, std::chrono::milliseconds timeout,
+                                   const std::string& unreachable_hint) {
+  TDIST_CHECK(size >= 1, InvalidArgument, "transport: world size ", size, " is not positive");
+  TDIST_CHECK(rank >= 0 && rank < size, InvalidArgument, "transport: rank ", rank,
+              " is not in [0, ", size, ")");
+  TDIST_CHECK(store != nullptr, InvalidArgument, "transport: no store given");
+  TDIST_CHECK(!kinds.empty(), InvalidArgument, "transport: no kind of channel given");
+  const Deadline deadline = Deadline::after(timeout);
+  for (auto& kind : kinds) kind->prepare(*store);
+  const std::vector<std::string> hosts = exchange_host_keys(*store, rank, size, deadline);
+  // kind_of[a * size + b]: the index of the kind joining a and b (symmetric).
+  std::vector<int> kind_of(static_cast<size_t>(size) * size, -1);
+  for (int a = 0; a < size; ++a) {
+    for (int b = a + 1; b < size; ++b) {
+      int chosen = -1;
+      for (size_t k = 0; k < kinds.size() && chosen < 0; ++k) {
+        if (kinds[k]->can_connect(hosts[a], hosts[b])) chosen = static_cast<int>(k);
+      }
+      if (chosen < 0 && (a == rank || b == rank)) {
+        std::string names;
+        for (const auto& k : kinds) names += std::string(names.empty() ? "" : ", ") + k->name();
+        TDIST_THROW(InvalidArgument, "rank ", rank, ": no allowed kind of channel (", names,
+                    ") can reach rank ", a == rank ? b : a, " (host ", hosts[a == rank ? b : a],
+                    ") from this rank (host ", hosts[rank], ")", unreachable_hint);
+      }
+      kind_of[a * size + b] = kind_of[b * size + a] = chosen;
+    }
+  }
+  ChannelTable channels(static_cast<size_t>(size));
+  std::ostringstream choice;
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    const int kind = static_cast<int>(k);
+    int first = -1;
+    for (int a = 0; a < size && first < 0; ++a) {
+      for (int b = 0; b < size; ++b) {
+        if (a != b && kind_of[a * size + b] == kind) first = a;
+      }
+    }
+    std::vector<bool> peers(static_cast<size_t>(size), false);
+    std::vector<int> peer_list;
+    for (int r = 0; r < size; ++r) {
+      if (r != rank && kind_of[rank * size + r] == kind) {
+        peers[r] = true;
+        peer_list.push_back(r);
+      }
+    }
+    if (peer_list.empty()) continue;
+    choice << (choice.tellp() > 0 ? "; " : "") << kinds[k]->name() << " to ranks "
+           << rank_list(peer_list);
+    PrefixStore kind_store(kinds[k]->name(), store);
+    ChannelTable table = kinds[k]->connect(kind_store, rank, size, peers, first, deadline);
+    for (int r : peer_list) channels[r] = std::move(table[r]);
+  }
+  TDIST_LOG(kDebug) << "rank " << rank << " of " << size << ": channels: "
+                    << (size > 1 ? choice.str() : std::string("none (world size 1)"));
+  auto engine = std::make_unique<core::Engine>(rank, size, std::move(channels));
+  engine->set_topology(Topology::from_host_keys(hosts));
+  return engine;
+}
+
+}  // namespace tdist::transport

@@ -1,0 +1,94 @@
+// Engine: the one Comm implementation of every transport — a Peer (peer.h) per other rank,
+// each over the channels of whatever kind reaches it (channel.h), and one progress engine
+// that drives all of them.
+//
+// Progress rule (as MPI's): there is no progress thread. isend writes what the channel
+// takes on the caller's thread (a small message usually completes inside isend). Whoever
+// waits on a request (wait, or test once) becomes the driver, one thread at a time: it
+// writes queued sends to every peer and reads every channel (into posted buffers, or the
+// heap for unexpected messages) until its own request completes — whatever kind each
+// channel is, so a rank blocked on a TCP receive still moves its shared-memory sends.
+// Other waiters sleep on a condition variable and are woken when their request completes
+// or the driver leaves (one of them then takes over). A pending send therefore progresses
+// only while some thread of the receiving process waits on its Comm; CommProcessGroup's
+// worker always waits, so collectives are fine.
+// Sleeping: a driver that can move nothing arms every channel, fences, re-checks, then
+// blocks in poll() on every channel's descriptor plus an eventfd (isend queuing work
+// while it sleeps, or abort, write to it) until its deadline. Nothing spins.
+// Ownership: owns the Peers and their channels. Thread-safety: as comm.h.
+// Failure: a channel's end of stream without a goodbye (the peer died), a broken channel,
+// or an abort notice aborts this Comm with PeerError as soon as a driver notices (within
+// milliseconds when some thread waits); abort() notifies every peer and shuts the
+// channels down. Destruction flushes queued sends (up to 2 s), says goodbye, closes.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "net/fd.h"
+#include "transport/comm.h"
+#include "transport/core/channel.h"
+#include "transport/core/op.h"
+#include "transport/core/peer.h"
+
+namespace tdist::transport::core {
+
+class Engine final : public Comm {
+ public:
+  // `channels[r]` are the lanes to rank r (empty at `rank`).
+  Engine(int rank, int size, std::vector<std::vector<std::unique_ptr<Channel>>> channels);
+  ~Engine() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  RequestPtr isend(int peer, uint64_t tag, const void* data, size_t bytes) override;
+  RequestPtr irecv(int peer, uint64_t tag, void* data, size_t bytes) override;
+  void abort(std::exception_ptr reason) override;
+  std::exception_ptr error() const override;
+
+  // The kind of channel that reaches `peer` ("tcp", "shm"); null for this rank.
+  const char* channel_kind(int peer) const;
+
+  // For CoreRequest. wait_for returns false when `deadline` passed first.
+  bool wait_for(const Op& op, Deadline deadline);
+  // Drives progress for `op` without sleeping, unless another thread drives already.
+  void try_progress(const Op& op);
+  void cancel(Op& op);
+
+ private:
+  class DriverLease;
+
+  void check_args(const char* what, int peer, uint64_t tag, const void* data, size_t bytes) const;
+  // The driver's loop: progress, else sleep, until done() or the deadline (false then).
+  template <typename Done>
+  bool drive(Done done, Deadline deadline);
+  Progress progress_pass();
+  bool sleep(Deadline deadline);  // false when the deadline passed with nothing to do
+  void notify_waiters();
+  void wake_driver();
+  void report(const std::string& lost);
+  void abort_with(const std::exception_ptr& reason, bool log);
+
+  const int rank_;
+  const int size_;
+  std::vector<std::unique_ptr<Peer>> peers_;  // by rank; null at rank_
+  net::Fd wake_;                              // eventfd: wakes a sleeping driver
+  std::atomic<bool> driver_sleeping_{false};
+  std::atomic<bool> aborted_{false};
+  std::atomic<bool> destroying_{false};
+
+  std::mutex wait_mu_;
+  std::condition_variable wait_cv_;
+  bool driving_ = false;          // guarded by wait_mu_
+  std::atomic<int> sleepers_{0};  // changed under wait_mu_; read without it by completers
+
+  mutable std::mutex error_mu_;
+  std::exception_ptr error_;  // guarded by error_mu_
+};
+
+}  // namespace tdist::transport::core

@@ -1,0 +1,169 @@
+// Peer: one rank's link to one other rank in the core — the framed message streams over
+// the peer's channels, send queues, receive matching and unexpected messages.
+//
+// A Peer has one or more channels to its peer ("lanes"; TCP can open several sockets per
+// peer, TDIST_SOCKET_NSOCKS_PERPEER; other kinds have one). Each message goes whole on one
+// lane: the n-th message sent to the peer (counting all tags) goes on lane n % lanes, so
+// consecutive messages (e.g. the chunks of a pipelined collective) travel in parallel. The
+// receiver knows the same rule and matches headers strictly in send order: a lane whose
+// next header is not the next message in send order stops being read ("blocked") until
+// the lanes before it delivered their headers. Matching against posted receives and the
+// unexpected queue therefore sees messages exactly in send order, so comm.h's
+// per-(peer, tag) FIFO holds with no per-tag state. Control frames (wire.h: goodbye, abort
+// notice) are handled on whichever lane they arrive, without taking a turn.
+//  - sends: a FIFO of Ops per lane. post_send writes at once on the caller's thread when
+//    nothing is queued on its lane and queues only what the channel did not take;
+//    progress() writes the rest. A send completes when its last byte is in the channel.
+//  - receives: posted receives (FIFO per tag) and unexpected messages (arrived before
+//    their receive; payload copied to the heap). Each lane reads into a 64 KiB staging
+//    buffer, or, once a header has been matched to a posted receive, straight into the
+//    user's buffer (then staging for what follows).
+// A message whose length differs from its receive's fails only that receive with
+// DesyncError; its payload is read and dropped, so the stream stays in step.
+// Thread-safety: one mutex per direction (send_mu_, recv_mu_, each covering all lanes),
+// never held together; any thread may call any method. Methods that discover a broken
+// link return the full message ("rank R: connection to rank P (shm pid 12) lost: ...")
+// through `lost`, with no lock held on return; the owner then aborts the Comm.
+#pragma once
+
+#include <poll.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tdist/deadline.h"
+#include "transport/core/channel.h"
+#include "transport/core/op.h"
+
+namespace tdist::transport::core {
+
+// What one progress call did.
+struct Progress {
+  bool moved = false;  // bytes went through a channel
+  int completed = 0;   // Ops completed
+  Progress& operator+=(const Progress& o) {
+    moved = moved || o.moved;
+    completed += o.completed;
+    return *this;
+  }
+};
+
+class Peer {
+ public:
+  static constexpr size_t kMaxLanes = 64;
+
+  Peer(int self_rank, int rank, std::vector<std::unique_ptr<Channel>> lanes);
+  Peer(const Peer&) = delete;
+  Peer& operator=(const Peer&) = delete;
+
+  int rank() const { return rank_; }
+  const char* kind() const { return lanes_.front().channel->kind(); }
+  size_t lane_count() const { return lanes_.size(); }
+
+  std::shared_ptr<Op> post_send(uint64_t tag, const void* data, size_t bytes, std::string* lost);
+  std::shared_ptr<Op> post_recv(uint64_t tag, void* data, size_t bytes, std::string* lost);
+  // Withdraws a pending Op whose Request is being destroyed (op.h).
+  void cancel(Op& op);
+  bool sends_queued() const { return queued_.load(std::memory_order_acquire) > 0; }
+
+  // One bounded pass: writes queued sends, reads the lanes that have bytes.
+  Progress progress(std::string* lost);
+
+  // Sleeping (channel.h): arms every lane and appends one pollfd per lane to `fds`; after
+  // the caller's seq_cst fence, ready() tells whether work arrived meanwhile; after poll(),
+  // wake_up() takes the pollfds appended here (same order) and disarms.
+  void prepare_sleep(std::vector<pollfd>* fds);
+  bool ready();
+  void wake_up(const pollfd* fds);
+
+  // Fails every pending and later Op with `error`. With `tell_peer`, writes the abort
+  // notice (best effort, never blocks) and shuts the channels down so the peer notices.
+  void fail_all(const std::exception_ptr& error, bool tell_peer, const std::string& reason);
+  // Clean close at destruction (sends already flushed): the goodbye frame on every lane,
+  // then each channel's close. Best effort, bounded by `deadline`; never reports errors.
+  void say_goodbye(Deadline deadline);
+
+ private:
+  static constexpr size_t kStagingBytes = 64 * 1024;
+  // Bytes read per lane and pass (fairness between peers and with writes).
+  static constexpr size_t kReadBudget = 4 * 1024 * 1024;
+
+  struct Unexpected {
+    uint64_t tag = 0;
+    size_t bytes = 0;
+    std::unique_ptr<uint8_t[]> data;
+    bool complete = false;  // else it is lanes_[lane].incoming (incoming.got bytes arrived)
+    size_t lane = 0;
+  };
+  // The message being read on a lane: header parsed, payload still arriving.
+  struct Incoming {
+    bool active = false;
+    uint64_t tag = 0;
+    size_t bytes = 0;
+    size_t got = 0;
+    uint8_t* dest = nullptr;  // null: the payload is dropped
+    std::shared_ptr<Op> op;   // the matched receive, if any
+    Unexpected* unexpected = nullptr;
+    std::string control;  // payload of an abort notice
+  };
+  struct Lane {
+    std::unique_ptr<Channel> channel;
+    // send side, guarded by send_mu_
+    std::deque<std::shared_ptr<Op>> send_queue;
+    // receive side, guarded by recv_mu_
+    Incoming incoming;
+    std::unique_ptr<uint8_t[]> staging;
+    size_t staged_begin = 0;
+    size_t staged_end = 0;
+    uint64_t next_seq = 0;  // send-order number of the next data message on this lane
+    bool blocked = false;   // a data header waits in staging for its turn
+    bool goodbye = false;   // the peer said goodbye on this lane
+    bool eof = false;       // read side done
+  };
+
+  // --- receive side (peer_recv.cc); all need recv_mu_ held. Return "" or the lost message.
+  std::string read_lane_locked(size_t lane, Progress* progress);
+  std::string unblock_locked(Progress* progress);  // the staged header whose turn came
+  std::string consume_staged_locked(size_t lane, Progress* progress);
+  std::string start_message_locked(size_t lane, uint64_t tag, uint64_t bytes, Progress* progress);
+  std::string finish_message_locked(size_t lane, Progress* progress);
+  std::string end_of_stream_locked(size_t lane, const std::string& why);
+  std::exception_ptr desync(uint64_t tag, size_t expected, size_t actual) const;
+
+  // --- send side (peer_send.cc); need send_mu_ held.
+  Progress flush_locked(std::string* lost);
+  Progress flush_lane_locked(size_t lane, std::string* lost);
+  // Writes a control frame whole (abort: best effort, goodbye: waits up to `deadline`).
+  bool write_frame_locked(size_t lane, uint64_t tag, const std::string& payload, Deadline deadline);
+
+  // "rank R: connection to rank P (<channel>) lost: <reason>".
+  std::string lost(const std::string& reason) const;
+
+  const int self_rank_;
+  const int rank_;
+  std::vector<Lane> lanes_;  // fixed size after construction
+  const size_t nlanes_;
+  std::atomic<bool> peer_gone_{false};  // the peer said goodbye (destroys its Comm)
+  std::atomic<int> queued_{0};          // sends in the lanes' queues
+
+  std::mutex send_mu_;
+  uint64_t send_seq_ = 0;          // guarded by send_mu_: messages sent so far
+  std::exception_ptr send_error_;  // guarded by send_mu_
+
+  std::mutex recv_mu_;
+  std::deque<std::shared_ptr<Op>> posted_;  // guarded by recv_mu_
+  std::list<Unexpected> unexpected_;        // guarded by recv_mu_
+  uint64_t recv_seq_ = 0;                   // guarded by recv_mu_: data headers matched
+  size_t goodbyes_ = 0;                     // guarded by recv_mu_: lanes that said goodbye
+  std::exception_ptr recv_error_;           // guarded by recv_mu_
+};
+
+}  // namespace tdist::transport::core

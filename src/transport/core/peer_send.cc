@@ -1,0 +1,300 @@
+// Peer: construction, the send side, cancellation, sleeping, failure and clean close.
+// The receive side is in peer_recv.cc.
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "tdist/error.h"
+#include "transport/core/peer.h"
+#include "transport/core/wire.h"
+
+namespace tdist::transport::core {
+namespace {
+
+constexpr size_t kMaxIov = 64;
+// How long a goodbye waits between attempts when its channel has no room.
+constexpr int kGoodbyePollMs = 10;
+
+}  // namespace
+
+Peer::Peer(int self_rank, int rank, std::vector<std::unique_ptr<Channel>> lanes)
+    : self_rank_(self_rank), rank_(rank), lanes_(lanes.size()), nlanes_(lanes.size()) {
+  TDIST_CHECK(nlanes_ >= 1 && nlanes_ <= kMaxLanes, InvalidArgument, "rank ", self_rank_, ": ",
+              nlanes_, " channels to rank ", rank_, ", expected 1..", kMaxLanes);
+  for (size_t i = 0; i < nlanes_; ++i) {
+    lanes_[i].channel = std::move(lanes[i]);
+    lanes_[i].staging = std::make_unique_for_overwrite<uint8_t[]>(kStagingBytes);
+    lanes_[i].next_seq = i;
+  }
+}
+
+std::string Peer::lost(const std::string& reason) const {
+  return detail::str_cat("rank ", self_rank_, ": connection to rank ", rank_, " (",
+                         lanes_.front().channel->describe(), ") lost: ", reason);
+}
+
+std::shared_ptr<Op> Peer::post_send(uint64_t tag, const void* data, size_t bytes,
+                                    std::string* lost_message) {
+  auto op = std::make_shared<Op>(rank_, true, tag, const_cast<void*>(data), bytes);
+  if (peer_gone_.load(std::memory_order_acquire)) {
+    *lost_message = lost("it already destroyed its Comm, so this send can never be received");
+  }
+  std::lock_guard<std::mutex> lock(send_mu_);
+  if (send_error_) {
+    op->complete(send_error_);
+    return op;
+  }
+  const size_t lane = static_cast<size_t>(send_seq_++ % nlanes_);
+  op->lane = lane;
+  lanes_[lane].send_queue.push_back(op);
+  queued_.fetch_add(1, std::memory_order_acq_rel);
+  // Nothing ahead of it on this lane: write now, on the caller's thread.
+  if (lanes_[lane].send_queue.size() == 1 && lost_message->empty()) {
+    flush_lane_locked(lane, lost_message);
+  }
+  return op;
+}
+
+Progress Peer::flush_locked(std::string* lost_message) {
+  Progress progress;
+  for (size_t i = 0; i < nlanes_ && lost_message->empty(); ++i) {
+    if (!lanes_[i].send_queue.empty() && lanes_[i].channel->writable()) {
+      progress += flush_lane_locked(i, lost_message);
+    }
+  }
+  // After its goodbye the peer reads nothing more: what is still queued cannot go out.
+  if (lost_message->empty() && sends_queued() && peer_gone_.load(std::memory_order_acquire)) {
+    *lost_message = lost(detail::str_cat("it destroyed its Comm while ", queued_.load(),
+                                         " send(s) to it were pending"));
+  }
+  return progress;
+}
+
+Progress Peer::flush_lane_locked(size_t lane_index, std::string* lost_message) {
+  Progress progress;
+  if (send_error_) return progress;
+  Lane& lane = lanes_[lane_index];
+  std::deque<std::shared_ptr<Op>>& queue = lane.send_queue;
+  while (!queue.empty()) {
+    iovec iov[kMaxIov];
+    size_t count = 0;
+    size_t wanted = 0;
+    for (const std::shared_ptr<Op>& op : queue) {
+      if (count + 2 > kMaxIov) break;
+      size_t sent = op->sent;
+      if (sent < kHeaderBytes) {
+        iov[count++] = {reinterpret_cast<uint8_t*>(op->header) + sent, kHeaderBytes - sent};
+        wanted += kHeaderBytes - sent;
+        sent = kHeaderBytes;
+      }
+      const size_t done = sent - kHeaderBytes;
+      if (done < op->bytes) {
+        iov[count++] = {op->data + done, op->bytes - done};
+        wanted += op->bytes - done;
+      }
+    }
+    std::string why;
+    const size_t n = lane.channel->write(iov, count, &why);
+    if (!why.empty()) {
+      *lost_message = lost(why);
+      return progress;
+    }
+    if (n > 0) progress.moved = true;
+    size_t left = n;
+    while (!queue.empty()) {
+      const std::shared_ptr<Op>& op = queue.front();
+      const size_t total = kHeaderBytes + op->bytes;
+      const size_t take = std::min(left, total - op->sent);
+      op->sent += take;
+      left -= take;
+      if (op->sent < total) break;
+      op->complete(nullptr);
+      ++progress.completed;
+      queue.pop_front();
+      queued_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+    if (n < wanted) break;  // the channel is full
+  }
+  return progress;
+}
+
+bool Peer::write_frame_locked(size_t lane_index, uint64_t tag, const std::string& payload,
+                              Deadline deadline) {
+  Channel& channel = *lanes_[lane_index].channel;
+  uint64_t header[2] = {tag, payload.size()};
+  size_t done = 0;
+  const size_t total = kHeaderBytes + payload.size();
+  while (done < total) {
+    iovec iov[2];
+    size_t count = 0;
+    if (done < kHeaderBytes) {
+      iov[count++] = {reinterpret_cast<uint8_t*>(header) + done, kHeaderBytes - done};
+      iov[count++] = {const_cast<char*>(payload.data()), payload.size()};
+    } else {
+      iov[count++] = {const_cast<char*>(payload.data()) + (done - kHeaderBytes), total - done};
+    }
+    std::string why;
+    const size_t n = channel.write(iov, count, &why);
+    if (!why.empty()) return false;
+    done += n;
+    if (done == total) break;
+    if (n > 0) continue;
+    if (deadline.expired()) return false;
+    channel.arm(/*want_write=*/true);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!channel.writable()) {
+      pollfd p = channel.poll_for(false, true);
+      (void)::poll(&p, 1, std::min(kGoodbyePollMs, deadline.poll_timeout_ms()));
+      channel.on_poll(p.revents);
+    }
+    channel.disarm();
+  }
+  return true;
+}
+
+Progress Peer::progress(std::string* lost_message) {
+  Progress progress;
+  if (sends_queued()) {
+    std::lock_guard<std::mutex> lock(send_mu_);
+    progress += flush_locked(lost_message);
+  }
+  if (!lost_message->empty()) return progress;
+  std::lock_guard<std::mutex> lock(recv_mu_);
+  if (recv_error_) return progress;
+  for (size_t i = 0; i < nlanes_ && lost_message->empty(); ++i) {
+    Lane& lane = lanes_[i];
+    if (!lane.eof && !lane.blocked && lane.channel->readable()) {
+      *lost_message = read_lane_locked(i, &progress);
+    }
+  }
+  if (lost_message->empty()) *lost_message = unblock_locked(&progress);
+  return progress;
+}
+
+void Peer::cancel(Op& op) {
+  if (op.is_send) {
+    std::lock_guard<std::mutex> lock(send_mu_);
+    if (op.done()) return;
+    std::deque<std::shared_ptr<Op>>& queue = lanes_[op.lane].send_queue;
+    auto it = std::find_if(queue.begin(), queue.end(),
+                           [&](const std::shared_ptr<Op>& p) { return p.get() == &op; });
+    if (it == queue.end()) return;
+    // With several lanes an unsent message already has its number in the send order the
+    // peer matches by, so it is sent in full from a copy.
+    if (op.sent == 0 && nlanes_ == 1) {
+      queue.erase(it);
+      queued_.fetch_sub(1, std::memory_order_acq_rel);
+      return;
+    }
+    // Partly written: the stream needs the rest, but the caller's buffer goes away.
+    if (!op.owned) {
+      op.owned = std::make_unique_for_overwrite<uint8_t[]>(op.bytes);
+      if (op.bytes > 0) std::memcpy(op.owned.get(), op.data, op.bytes);
+      op.data = op.owned.get();
+    }
+    return;
+  }
+  std::lock_guard<std::mutex> lock(recv_mu_);
+  if (op.done()) return;
+  auto it = std::find_if(posted_.begin(), posted_.end(),
+                         [&](const std::shared_ptr<Op>& p) { return p.get() == &op; });
+  if (it != posted_.end()) {
+    posted_.erase(it);
+    return;
+  }
+  for (Lane& lane : lanes_) {
+    if (lane.incoming.op.get() == &op) {
+      lane.incoming.op.reset();
+      lane.incoming.dest = nullptr;  // drop the rest of the payload
+    }
+  }
+}
+
+void Peer::prepare_sleep(std::vector<pollfd>* fds) {
+  bool want_write[kMaxLanes] = {};
+  {
+    std::lock_guard<std::mutex> lock(send_mu_);
+    for (size_t i = 0; i < nlanes_; ++i) {
+      want_write[i] = !send_error_ && !lanes_[i].send_queue.empty();
+    }
+  }
+  std::lock_guard<std::mutex> lock(recv_mu_);
+  for (size_t i = 0; i < nlanes_; ++i) {
+    Lane& lane = lanes_[i];
+    const bool want_read = !lane.eof && !lane.blocked && !recv_error_;
+    if (!want_read && !want_write[i]) {
+      fds->push_back({-1, 0, 0});
+      continue;
+    }
+    lane.channel->arm(want_write[i]);
+    fds->push_back(lane.channel->poll_for(want_read, want_write[i]));
+  }
+}
+
+bool Peer::ready() {
+  {
+    std::lock_guard<std::mutex> lock(send_mu_);
+    for (Lane& lane : lanes_) {
+      if (!send_error_ && !lane.send_queue.empty() && lane.channel->writable()) return true;
+    }
+  }
+  std::lock_guard<std::mutex> lock(recv_mu_);
+  if (recv_error_) return false;
+  for (Lane& lane : lanes_) {
+    if (!lane.eof && !lane.blocked && lane.channel->readable()) return true;
+  }
+  return false;
+}
+
+void Peer::wake_up(const pollfd* fds) {
+  for (size_t i = 0; i < nlanes_; ++i) {
+    if (fds[i].fd < 0) continue;
+    lanes_[i].channel->on_poll(fds[i].revents);
+    lanes_[i].channel->disarm();
+  }
+}
+
+void Peer::fail_all(const std::exception_ptr& error, bool tell_peer, const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(send_mu_);
+    if (!send_error_) send_error_ = error;
+    for (size_t i = 0; i < nlanes_; ++i) {
+      Lane& lane = lanes_[i];
+      const bool at_boundary = lane.send_queue.empty() || lane.send_queue.front()->sent == 0;
+      for (const std::shared_ptr<Op>& op : lane.send_queue) op->complete(error);
+      lane.send_queue.clear();
+      if (tell_peer) {
+        // Best effort, never blocks: the peer learns why before it sees the shutdown.
+        if (at_boundary && !peer_gone_.load()) {
+          write_frame_locked(i, kAbortTag, reason.substr(0, kMaxAbortReasonBytes),
+                             Deadline::after(Clock::duration::zero()));
+        }
+        lane.channel->shut_down();
+      }
+    }
+    queued_.store(0, std::memory_order_release);
+  }
+  std::lock_guard<std::mutex> lock(recv_mu_);
+  if (!recv_error_) recv_error_ = error;
+  for (const std::shared_ptr<Op>& op : posted_) op->complete(error);
+  posted_.clear();
+  for (Lane& lane : lanes_) {
+    if (lane.incoming.op) lane.incoming.op->complete(error);
+    lane.incoming = Incoming{};
+  }
+  unexpected_.clear();
+}
+
+void Peer::say_goodbye(Deadline deadline) {
+  {
+    std::lock_guard<std::mutex> lock(send_mu_);
+    if (send_error_ || sends_queued()) return;
+    for (size_t i = 0; i < nlanes_; ++i) {
+      if (!write_frame_locked(i, kGoodbyeTag, {}, deadline)) return;
+    }
+  }
+  std::lock_guard<std::mutex> lock(recv_mu_);
+  for (Lane& lane : lanes_) lane.channel->close(deadline);
+}
+
+}  // namespace tdist::transport::core

@@ -1,0 +1,177 @@
+// ShmChannel: copies through the rings, the sleep flags and the wake-up socket.
+#include "transport/shm/channel.h"
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "tdist/error.h"
+
+namespace tdist::transport::shm {
+namespace {
+
+// Bytes copied between publications: a quarter ring, at most 256 KiB.
+uint64_t chunk_of(const RingView& ring) {
+  return std::min<uint64_t>(ring.capacity / 4, uint64_t{256} * 1024);
+}
+
+}  // namespace
+
+ShmChannel::ShmChannel(PeerLink link)
+    : link_(std::move(link)),
+      out_(link_.send.ring()),
+      in_(link_.recv.ring()),
+      out_chunk_(chunk_of(out_)),
+      in_chunk_(chunk_of(in_)) {}
+
+std::string ShmChannel::describe() const { return detail::str_cat("shm pid ", link_.pid); }
+
+size_t ShmChannel::write(const iovec* iov, size_t count, std::string*) {
+  uint64_t room = out_.capacity - (head_ - out_.control->tail.load(std::memory_order_acquire));
+  size_t written = 0;
+  uint64_t unpublished = 0;
+  for (size_t i = 0; i < count && room > 0; ++i) {
+    const auto* src = static_cast<const uint8_t*>(iov[i].iov_base);
+    size_t left = iov[i].iov_len;
+    while (left > 0 && room > 0) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>({left, room, out_chunk_}));
+      out_.write(head_, src, n);
+      head_ += n;
+      src += n;
+      left -= n;
+      room -= n;
+      written += n;
+      unpublished += n;
+      if (unpublished >= out_chunk_) {
+        publish_head();
+        unpublished = 0;
+      }
+    }
+  }
+  publish_head();
+  return written;
+}
+
+size_t ShmChannel::read(const iovec* iov, size_t count, bool* eof, std::string*) {
+  uint64_t avail = in_.control->head.load(std::memory_order_acquire) - tail_;
+  if (avail == 0) {
+    if (!closed_.load(std::memory_order_acquire)) return 0;
+    // The peer's last bytes were published before its socket closed.
+    avail = in_.control->head.load(std::memory_order_acquire) - tail_;
+    if (avail == 0) {
+      *eof = true;
+      return 0;
+    }
+  }
+  size_t got = 0;
+  uint64_t unpublished = 0;
+  for (size_t i = 0; i < count && avail > 0; ++i) {
+    auto* dst = static_cast<uint8_t*>(iov[i].iov_base);
+    size_t left = iov[i].iov_len;
+    while (left > 0 && avail > 0) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>({left, avail, in_chunk_}));
+      in_.read(tail_, dst, n);
+      tail_ += n;
+      dst += n;
+      left -= n;
+      avail -= n;
+      got += n;
+      unpublished += n;
+      if (unpublished >= in_chunk_) {
+        publish_tail();
+        unpublished = 0;
+      }
+    }
+  }
+  publish_tail();
+  return got;
+}
+
+bool ShmChannel::readable() {
+  return in_.control->head.load(std::memory_order_acquire) != tail_ ||
+         closed_.load(std::memory_order_acquire);
+}
+
+bool ShmChannel::writable() {
+  return out_.capacity - (head_ - out_.control->tail.load(std::memory_order_acquire)) > 0;
+}
+
+void ShmChannel::publish_head() {
+  RingControl* control = out_.control;
+  if (control->head.load(std::memory_order_relaxed) == head_) return;
+  control->head.store(head_, std::memory_order_release);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (control->reader_sleeping.load(std::memory_order_relaxed) != 0 &&
+      control->reader_sleeping.exchange(0, std::memory_order_acq_rel) != 0) {
+    wake_peer();
+  }
+}
+
+void ShmChannel::publish_tail() {
+  RingControl* control = in_.control;
+  if (control->tail.load(std::memory_order_relaxed) == tail_) return;
+  control->tail.store(tail_, std::memory_order_release);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (control->writer_sleeping.load(std::memory_order_relaxed) != 0 &&
+      control->writer_sleeping.exchange(0, std::memory_order_acq_rel) != 0) {
+    wake_peer();
+  }
+}
+
+void ShmChannel::arm(bool want_write) {
+  in_.control->reader_sleeping.store(1, std::memory_order_relaxed);
+  if (want_write) out_.control->writer_sleeping.store(1, std::memory_order_relaxed);
+}
+
+void ShmChannel::disarm() {
+  in_.control->reader_sleeping.store(0, std::memory_order_relaxed);
+  out_.control->writer_sleeping.store(0, std::memory_order_relaxed);
+}
+
+pollfd ShmChannel::poll_for(bool, bool) {
+  // The socket reports wake-ups and the end of the stream, whatever this side waits for.
+  return {closed_.load(std::memory_order_acquire) ? -1 : link_.socket.get(), POLLIN, 0};
+}
+
+void ShmChannel::on_poll(short revents) {
+  if (revents == 0 || closed_.load(std::memory_order_acquire)) return;
+  char buffer[256];
+  while (true) {
+    const ssize_t n = ::recv(link_.socket.get(), buffer, sizeof(buffer), MSG_DONTWAIT);
+    if (n > 0) continue;  // wake-up bytes: their only job was to end the poll
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    closed_.store(true, std::memory_order_release);  // EOF or error: the peer is gone
+    return;
+  }
+}
+
+void ShmChannel::wake_peer() {
+  std::lock_guard<std::mutex> lock(sock_mu_);
+  if (shut_) return;
+  const char byte = 'w';
+  // EAGAIN: unread bytes are there, which wake the peer just as well. Other errors: the
+  // peer is gone, which its socket's end reports to this side.
+  (void)::send(link_.socket.get(), &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+void ShmChannel::close(Deadline) {
+  std::lock_guard<std::mutex> lock(sock_mu_);
+  if (shut_) return;
+  ::shutdown(link_.socket.get(), SHUT_WR);
+  // Read what the peer sent (wake bytes), so that closing does not make its reads fail.
+  char sink[4096];
+  while (::recv(link_.socket.get(), sink, sizeof(sink), MSG_DONTWAIT) > 0) {
+  }
+  shut_ = true;
+}
+
+void ShmChannel::shut_down() {
+  std::lock_guard<std::mutex> lock(sock_mu_);
+  if (shut_) return;
+  ::shutdown(link_.socket.get(), SHUT_RDWR);
+  shut_ = true;
+}
+
+}  // namespace tdist::transport::shm

@@ -1,0 +1,59 @@
+// ShmChannel: the shared-memory transport's channel (core/channel.h) — two rings in shared
+// memory (ring.h: one this rank writes, one the peer writes) plus the pair's unix socket.
+//
+// write() copies into the send ring as much as fits and publishes `head` every chunk (a
+// quarter ring, at most 256 KiB), so the peer starts copying a large message while this
+// side still writes it; read() copies out of the receive ring and publishes `tail` the
+// same way. Two memcpys per byte, no system call on the data path.
+// The socket carries only wake-up bytes ('w', ring.h's sleep protocol) and the end of the
+// stream: the peer shutting it down (goodbye or abort) or dying closes it. read() reports
+// the end of the stream only once the ring is empty, so what a dead peer wrote before it
+// died is still delivered.
+// Thread-safety: channel.h; writes to the socket take a leaf mutex.
+#pragma once
+
+#include <atomic>
+#include <mutex>
+#include <string>
+
+#include "transport/core/channel.h"
+#include "transport/shm/setup.h"
+
+namespace tdist::transport::shm {
+
+class ShmChannel final : public core::Channel {
+ public:
+  explicit ShmChannel(PeerLink link);
+
+  const char* kind() const override { return "shm"; }
+  std::string describe() const override;
+  size_t write(const iovec* iov, size_t count, std::string* lost) override;
+  size_t read(const iovec* iov, size_t count, bool* eof, std::string* lost) override;
+  bool readable() override;
+  bool writable() override;
+  void arm(bool want_write) override;
+  void disarm() override;
+  pollfd poll_for(bool want_read, bool want_write) override;
+  void on_poll(short revents) override;
+  void close(Deadline deadline) override;
+  void shut_down() override;
+
+ private:
+  void publish_head();
+  void publish_tail();
+  void wake_peer();  // one 'w' byte
+
+  PeerLink link_;
+  const RingView out_;               // link_.send
+  const RingView in_;                // link_.recv
+  const uint64_t out_chunk_;         // bytes copied between publications of head
+  const uint64_t in_chunk_;          // bytes copied between publications of tail
+  uint64_t head_ = 0;                // send direction: bytes written
+  uint64_t tail_ = 0;                // receive direction: bytes consumed
+  std::atomic<bool> closed_{false};  // the socket reached its end (or was shut down)
+
+  std::mutex sock_mu_;  // leaf: serialises writes to the socket
+  bool shut_ = false;   // guarded by sock_mu_
+};
+
+}  // namespace tdist::transport::shm
