@@ -29,8 +29,10 @@ std::unique_ptr<transport::Comm> make_shm_comm(std::shared_ptr<Store> store, int
 
 std::unique_ptr<transport::Comm> make_auto_comm(std::shared_ptr<Store> store, int rank, int size,
                                                 std::chrono::milliseconds timeout) {
+  transport::ConnectOptions options;
+  options.timeout = timeout;
   return transport::connect_comm(std::move(store), rank, size, transport::default_channel_kinds(),
-                                 timeout);
+                                 options);
 }
 
 }  // namespace tdist::backends

@@ -27,9 +27,10 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 }  // namespace
 
-std::vector<std::string> exchange_host_keys(Store& store, int rank, int size, Deadline deadline) {
+std::vector<std::string> exchange_host_keys(Store& store, int rank, int size,
+                                            const std::string& key, Deadline deadline) {
   const auto start = Clock::now();
-  store.set("host_key/" + std::to_string(rank), shm_host_key());
+  store.set("host_key/" + std::to_string(rank), key);
   std::vector<std::string> keys;
   keys.reserve(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) keys.push_back("host_key/" + std::to_string(r));
@@ -58,16 +59,16 @@ std::vector<std::string> exchange_host_keys(Store& store, int rank, int size, De
 }
 
 std::unique_ptr<Comm> connect_comm(std::shared_ptr<Store> store, int rank, int size,
-                                   ChannelKinds kinds, std::chrono::milliseconds timeout,
-                                   const std::string& unreachable_hint) {
+                                   ChannelKinds kinds, const ConnectOptions& options) {
   TDIST_CHECK(size >= 1, InvalidArgument, "transport: world size ", size, " is not positive");
   TDIST_CHECK(rank >= 0 && rank < size, InvalidArgument, "transport: rank ", rank,
               " is not in [0, ", size, ")");
   TDIST_CHECK(store != nullptr, InvalidArgument, "transport: no store given");
   TDIST_CHECK(!kinds.empty(), InvalidArgument, "transport: no kind of channel given");
-  const Deadline deadline = Deadline::after(timeout);
+  const Deadline deadline = Deadline::after(options.timeout);
   for (auto& kind : kinds) kind->prepare(*store);
-  const std::vector<std::string> hosts = exchange_host_keys(*store, rank, size, deadline);
+  const std::vector<std::string> hosts = exchange_host_keys(
+      *store, rank, size, options.host_key.empty() ? shm_host_key() : options.host_key, deadline);
   // kind_of[a * size + b]: the index of the kind joining a and b (symmetric).
   std::vector<int> kind_of(static_cast<size_t>(size) * size, -1);
   for (int a = 0; a < size; ++a) {
@@ -81,7 +82,7 @@ std::unique_ptr<Comm> connect_comm(std::shared_ptr<Store> store, int rank, int s
         for (const auto& k : kinds) names += std::string(names.empty() ? "" : ", ") + k->name();
         TDIST_THROW(InvalidArgument, "rank ", rank, ": no allowed kind of channel (", names,
                     ") can reach rank ", a == rank ? b : a, " (host ", hosts[a == rank ? b : a],
-                    ") from this rank (host ", hosts[rank], ")", unreachable_hint);
+                    ") from this rank (host ", hosts[rank], ")", options.unreachable_hint);
       }
       kind_of[a * size + b] = kind_of[b * size + a] = chosen;
     }

@@ -58,14 +58,23 @@ ChannelKinds default_channel_kinds();
 // Every registered kind's name, in order of preference (kinds.cc).
 std::vector<std::string> registered_channel_kinds();
 
-// Connects rank `rank` of `size` through `store` (namespaced per group by the caller),
-// choosing per pair the first of `kinds` that can reach it. `unreachable_hint` ends the
-// InvalidArgument for a peer no kind reaches (e.g. which backend would).
-std::unique_ptr<Comm> connect_comm(std::shared_ptr<Store> store, int rank, int size,
-                                   ChannelKinds kinds, std::chrono::milliseconds timeout,
-                                   const std::string& unreachable_hint = {});
+struct ConnectOptions {
+  // Deadline for the whole setup (TimeoutError naming the missing ranks).
+  std::chrono::milliseconds timeout = kDefaultStoreTimeout;
+  // Ends the InvalidArgument for a peer no kind reaches (e.g. which backend would).
+  std::string unreachable_hint;
+  // This rank's host key; empty = shm_host_key(). Tests give ranks that are threads of one
+  // process different keys to make them "hosts".
+  std::string host_key;
+};
 
-// What connect_comm exchanges first: every rank's host key, by rank.
-std::vector<std::string> exchange_host_keys(Store& store, int rank, int size, Deadline deadline);
+// Connects rank `rank` of `size` through `store` (namespaced per group by the caller),
+// choosing per pair the first of `kinds` that can reach it.
+std::unique_ptr<Comm> connect_comm(std::shared_ptr<Store> store, int rank, int size,
+                                   ChannelKinds kinds, const ConnectOptions& options = {});
+
+// What connect_comm exchanges first: every rank's host key (this rank's is `key`), by rank.
+std::vector<std::string> exchange_host_keys(Store& store, int rank, int size,
+                                            const std::string& key, Deadline deadline);
 
 }  // namespace tdist::transport

@@ -41,8 +41,10 @@ std::unique_ptr<Comm> connect_shm_comm(std::shared_ptr<Store> store, int rank, i
                                        const std::string& unreachable_hint) {
   ChannelKinds kinds;
   kinds.push_back(make_shm_kind(options));
-  return connect_comm(std::move(store), rank, size, std::move(kinds), options.timeout,
-                      unreachable_hint);
+  ConnectOptions connect;
+  connect.timeout = options.timeout;
+  connect.unreachable_hint = unreachable_hint;
+  return connect_comm(std::move(store), rank, size, std::move(kinds), connect);
 }
 
 std::string shm_host_key() { return shm::host_key(); }

@@ -53,7 +53,9 @@ std::unique_ptr<Comm> connect_tcp_comm(std::shared_ptr<Store> store, int rank, i
                                        const TcpCommOptions& options) {
   ChannelKinds kinds;
   kinds.push_back(make_tcp_kind(options));
-  return connect_comm(std::move(store), rank, size, std::move(kinds), options.timeout);
+  ConnectOptions connect;
+  connect.timeout = options.timeout;
+  return connect_comm(std::move(store), rank, size, std::move(kinds), connect);
 }
 
 }  // namespace tdist::transport
