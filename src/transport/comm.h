@@ -1,8 +1,9 @@
 // Comm: the transport-neutral view of a group of ranks that collective algorithms use.
 //
-// An algorithm sees only rank(), size() and tagged, non-blocking point-to-point
-// messages; it never sees a socket or a shared-memory segment. Each transport (tcp, shm)
-// implements Comm.
+// An algorithm sees only rank(), size(), topology() and tagged, non-blocking
+// point-to-point messages; it never sees a socket or a shared-memory segment. One
+// implementation serves every transport (core/engine.h): each peer is reached by a channel
+// of some kind (tcp, shm; connect.h), and one progress engine drives them all.
 //
 // Matching: a message sent with isend(peer=P, tag=T) on rank R is delivered to the
 // irecv(peer=R, tag=T) that rank P posts, in posting order among equal (peer, tag).
@@ -16,14 +17,19 @@
 // ranges never overlap.
 //
 // Ownership and lifetime: buffers passed to isend/irecv must stay valid and untouched
-// until the Request completes (wait returned or test() returned true). Destroying a
-// Request that has not completed is allowed only after the Comm was aborted.
+// until the Request completes (wait returned or test() returned true), or until the
+// Request is destroyed. Destroying a pending Request cancels it: a receive is withdrawn
+// (a later message with its tag goes to a later receive); a send is still delivered in
+// full (the transport copies what it still needs from the buffer first).
+//
+// Progress: bytes move while some thread waits on (or tests) a Request of the Comm; a
+// thread waiting on any request also moves every other pending request of the Comm.
 //
 // Failure: when a peer dies, a connection breaks or abort() is called, the Comm is
 // aborted: every pending and later request fails with PeerError (or the exception given
-// to abort), on every rank within seconds. wait() throws TimeoutError at its deadline
-// without aborting. Thread-safety: isend/irecv/wait/test/abort may be called from any
-// thread.
+// to abort), on every rank within seconds (on ranks that wait on the Comm). wait() throws
+// TimeoutError at its deadline without aborting. Thread-safety: isend/irecv/wait/test/
+// abort may be called from any thread.
 #pragma once
 
 #include <cstddef>

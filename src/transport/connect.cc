@@ -1,6 +1,8 @@
 // connect_comm: the host-key exchange, the choice of a kind per pair, and the Engine.
 #include "transport/connect.h"
 
+#include <cstring>
+#include <random>
 #include <sstream>
 
 #include "tdist/error.h"
@@ -26,6 +28,24 @@ std::string rank_list(const std::vector<int>& ranks) {
 }
 
 }  // namespace
+
+uint64_t group_nonce(Store& store, const std::string& key, bool publish, Deadline deadline) {
+  uint64_t nonce = 0;
+  if (publish) {
+    std::random_device device;
+    nonce = (uint64_t{device()} << 32) ^ device() ^
+            static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+    Bytes value(sizeof(nonce));
+    std::memcpy(value.data(), &nonce, sizeof(nonce));
+    store.set(key, value);
+    return nonce;
+  }
+  Bytes value = store.get(key, deadline);
+  TDIST_CHECK(value.size() == sizeof(nonce), PeerError, "store key ", key, " has ", value.size(),
+              " bytes, expected 8 (is another program using this store prefix?)");
+  std::memcpy(&nonce, value.data(), sizeof(nonce));
+  return nonce;
+}
 
 std::vector<std::string> exchange_host_keys(Store& store, int rank, int size,
                                             const std::string& key, Deadline deadline) {

@@ -73,6 +73,11 @@ struct ConnectOptions {
 std::unique_ptr<Comm> connect_comm(std::shared_ptr<Store> store, int rank, int size,
                                    ChannelKinds kinds, const ConnectOptions& options = {});
 
+// For kinds' setup: a random 64-bit nonce naming this setup, stored under `key`. The rank
+// with `publish` makes and stores it; the others read it (by `deadline`; PeerError when the
+// key holds something else).
+uint64_t group_nonce(Store& store, const std::string& key, bool publish, Deadline deadline);
+
 // What connect_comm exchanges first: every rank's host key (this rank's is `key`), by rank.
 std::vector<std::string> exchange_host_keys(Store& store, int rank, int size,
                                             const std::string& key, Deadline deadline);

@@ -94,7 +94,7 @@ TEST(ShmCommFailureTest, StrayConnectionsAreRejectedAndSetupStillCompletes) {
   store->set("host_key/2", shm_host_key());
   std::thread t0([&] { comms[0] = connect_shm_comm(store, 0, 3, shm_options()); });
   // Strangers connect to rank 0's socket: one sends garbage, one closes at once.
-  Bytes nonce_bytes = store->get("shm/shm/nonce", Deadline::after(10s));
+  Bytes nonce_bytes = store->get("shm/nonce", Deadline::after(10s));
   uint64_t nonce = 0;
   std::memcpy(&nonce, nonce_bytes.data(), sizeof(nonce));
   sockaddr_un addr{};

@@ -7,8 +7,7 @@
 // Waiting: CoreRequest::wait hands the Op to the Engine (engine.h), which either drives
 // the whole Comm's progress on this thread or sleeps until another driver completes it.
 // Cancel on destroy (comm.h): destroying a pending CoreRequest withdraws a receive; a send
-// whose first byte left keeps its remainder in a private copy until it is out (the stream
-// needs it), one that never started is dropped (with one channel) or sent from a copy.
+// keeps what is left of its payload in a private copy until it is out.
 // Thread-safety: complete/done may race freely; one CoreRequest is used by one thread at
 // a time.
 #pragma once

@@ -179,14 +179,9 @@ void Peer::cancel(Op& op) {
     auto it = std::find_if(queue.begin(), queue.end(),
                            [&](const std::shared_ptr<Op>& p) { return p.get() == &op; });
     if (it == queue.end()) return;
-    // With several lanes an unsent message already has its number in the send order the
-    // peer matches by, so it is sent in full from a copy.
-    if (op.sent == 0 && nlanes_ == 1) {
-      queue.erase(it);
-      queued_.fetch_sub(1, std::memory_order_acq_rel);
-      return;
-    }
-    // Partly written: the stream needs the rest, but the caller's buffer goes away.
+    // comm.h: a dropped send is still delivered in full (with several lanes it already
+    // has its number in the send order the peer matches by), from a private copy, since
+    // the caller's buffer goes away.
     if (!op.owned) {
       op.owned = std::make_unique_for_overwrite<uint8_t[]>(op.bytes);
       if (op.bytes > 0) std::memcpy(op.owned.get(), op.data, op.bytes);

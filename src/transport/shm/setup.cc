@@ -14,13 +14,13 @@
 #include <cstring>
 #include <fstream>
 #include <map>
-#include <random>
 #include <sstream>
 #include <thread>
 
 #include "tdist/error.h"
 #include "tdist/logging.h"
 #include "tdist/store.h"
+#include "transport/connect.h"
 
 namespace tdist::transport::shm {
 namespace {
@@ -28,7 +28,6 @@ namespace {
 constexpr uint32_t kHelloMagic = 0x4d536474;  // "tdSM"
 constexpr uint16_t kProtocolVersion = 1;
 constexpr auto kRetryPause = std::chrono::milliseconds(10);
-constexpr const char* kNonceKey = "shm/nonce";
 
 // Both ends are on one host, so the hello is a plain struct in host layout.
 struct Hello {
@@ -46,24 +45,6 @@ static_assert(sizeof(Hello) == 40);
 
 [[noreturn]] void throw_errno(const std::string& what, int error = errno) {
   TDIST_THROW(Error, "shared-memory transport: ", what, " failed: ", net::errno_text(error));
-}
-
-uint64_t nonce_of(Store& store, int rank, int first, Deadline deadline) {
-  if (rank == first) {
-    std::random_device device;
-    uint64_t nonce = (uint64_t{device()} << 32) ^ device() ^
-                     static_cast<uint64_t>(Clock::now().time_since_epoch().count());
-    Bytes value(sizeof(nonce));
-    std::memcpy(value.data(), &nonce, sizeof(nonce));
-    store.set(kNonceKey, value);
-    return nonce;
-  }
-  Bytes value = store.get(kNonceKey, deadline);
-  TDIST_CHECK(value.size() == sizeof(uint64_t), PeerError, "store key ", kNonceKey, " has ",
-              value.size(), " bytes, expected 8 (is another program using this store prefix?)");
-  uint64_t nonce = 0;
-  std::memcpy(&nonce, value.data(), sizeof(nonce));
-  return nonce;
 }
 
 // The abstract socket address of `rank` in the group `nonce` (sun_path[0] == '\0').
@@ -322,7 +303,7 @@ std::vector<PeerLink> link_peers(Store& store, int rank, int size, const std::ve
   const size_t capacity = (std::clamp(ring_bytes, kMinRingBytes, kMaxRingBytes) + kRingAlign - 1) /
                           kRingAlign * kRingAlign;
   const auto start = Clock::now();
-  const uint64_t nonce = nonce_of(store, rank, first, deadline);
+  const uint64_t nonce = group_nonce(store, "nonce", rank == first, deadline);
   net::Fd listener = unix_socket();
   sockaddr_un address;
   const socklen_t length = abstract_address(nonce, rank, &address);

@@ -3,7 +3,7 @@
 // Only the pairs this kind of channel serves are linked: `peers` (by rank) says which
 // peers of this rank, and every participating rank passes the same `first` (the lowest
 // rank with any shared-memory peer), which publishes a random 64-bit group nonce under
-// "shm/nonce" in the store (namespaced per group by the caller); nothing else goes through
+// "nonce" in the store (namespaced per group by the caller); nothing else goes through
 // the store. Every rank listens on the abstract unix stream socket
 // "\0tdist-shm-<nonce hex>-<rank>" (no filesystem entry, nothing to clean up; it is closed
 // once setup ends). Rank i connects to every peer j < i, in order, and then accepts from

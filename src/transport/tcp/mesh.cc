@@ -7,7 +7,6 @@
 #include <atomic>
 #include <cstring>
 #include <map>
-#include <random>
 #include <sstream>
 #include <thread>
 
@@ -16,6 +15,7 @@
 #include "tdist/error.h"
 #include "tdist/logging.h"
 #include "tdist/store.h"
+#include "transport/connect.h"
 
 namespace tdist::transport::tcp {
 namespace {
@@ -96,22 +96,6 @@ std::string check_hello(const Hello& h, uint64_t group_id, size_t nsocks, int re
                            "]");
   }
   return {};
-}
-
-uint64_t group_id_of(Store& store, int rank, int first, Deadline deadline) {
-  if (rank == first) {
-    std::random_device device;
-    uint64_t id = (uint64_t{device()} << 32) ^ device() ^
-                  static_cast<uint64_t>(Clock::now().time_since_epoch().count());
-    Bytes value(8);
-    put(value.data(), id);
-    store.set("group_id", value);
-    return id;
-  }
-  Bytes value = store.get("group_id", deadline);
-  TDIST_CHECK(value.size() == 8, PeerError, "store key group_id has ", value.size(),
-              " bytes, expected 8 (is another program using this store prefix?)");
-  return take<uint64_t>(value.data());
 }
 
 // Accepts connections from the peers above `rank` on its own thread until all arrived,
@@ -298,7 +282,7 @@ std::vector<PeerSocket> build_mesh(Store& store, int rank, int size, const std::
   for (PeerSocket& s : sockets) s.fds.resize(nsocks);
   if (size <= 1) return sockets;
   const auto start = Clock::now();
-  uint64_t group_id = group_id_of(store, rank, first, deadline);
+  uint64_t group_id = group_nonce(store, "group_id", rank == first, deadline);
   net::Listener listener = net::listen_tcp(local_ip, 0);
   std::string my_address = net::format_host_port(local_ip, listener.port());
   std::map<int, std::string> failures;
