@@ -1,7 +1,8 @@
 // What only the TCP transport has (the cases every transport shares are the conformance
-// suite's, comm_conformance_*_test.cc; several sockets per peer are tcp_comm_nsocks_test.cc):
-// interface selection (TDIST_SOCKET_IFNAME), stray connections rejected by the handshake,
-// and a throughput and latency report between two processes (printed, not asserted).
+// suite's, comm_conformance_*_test.cc; several sockets per peer are in
+// tcp_comm_nsocks_test.cc): interface selection (TDIST_SOCKET_IFNAME), the wire's
+// reserved tag, stray connections rejected by the handshake, and a throughput and latency
+// report between two processes (printed, not asserted).
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -65,6 +66,14 @@ TEST(TcpCommInterfaceTest, LoopbackByName) {
         EXPECT_EQ(got, static_cast<uint32_t>(prev));
       },
       options);
+}
+
+// The wire's control tags (goodbye, abort) are not for messages.
+TEST(TcpCommTest, ReservedWireTagIsInvalidArgument) {
+  run_ranks(2, [&](Comm& comm) {
+    uint64_t x = 0;
+    EXPECT_THROW(comm.isend(1 - comm.rank(), ~uint64_t{0}, &x, 8), InvalidArgument);
+  });
 }
 
 TEST(TcpCommSetupTest, StrayConnectionsAreRejectedAndSetupStillCompletes) {
