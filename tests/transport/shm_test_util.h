@@ -1,13 +1,10 @@
-// Helpers for the shared-memory transport tests: N ranks as threads over one HashStore
-// (abstract sockets and memfds work within one process just as across processes). Byte
-// patterns and error_of come from tcp_test_util.h.
+// Helpers for the shared-memory-specific tests (the cases every transport shares are in
+// the conformance suite, comm_conformance.h): options with a small ring.
 #pragma once
 
-#include <functional>
-#include <memory>
+#include <cstddef>
 
-#include "tcp_test_util.h"
-#include "transport/comm.h"
+#include "comm_test_util.h"
 #include "transport/shm/shm_comm.h"
 
 namespace tdist::transport::testing {
@@ -20,17 +17,6 @@ inline ShmCommOptions shm_options(size_t ring_bytes = kSmallRing) {
   o.timeout = kSetupTimeout;
   o.ring_bytes = ring_bytes;
   return o;
-}
-
-// run_comm_ranks (tcp_test_util.h) over the shared-memory transport.
-inline void run_shm_ranks(int world, const std::function<void(Comm&)>& body,
-                          const ShmCommOptions& options = shm_options()) {
-  run_comm_ranks(
-      world,
-      [&](std::shared_ptr<Store> store, int r, int w) {
-        return connect_shm_comm(std::move(store), r, w, options);
-      },
-      body);
 }
 
 }  // namespace tdist::transport::testing

@@ -1,6 +1,7 @@
-// The collective algorithms, unchanged, over the shared-memory transport (ranks as
-// threads): all_reduce with every algorithm on 2 and 3 ranks against a reference fold,
-// small and large (many rings' worth), and a broadcast of a large buffer.
+// Comm conformance, collectives: the collective algorithms, unchanged, over every
+// transport of comm_factories.h (ranks as threads): all_reduce with every algorithm on 2
+// and 3 ranks against a reference fold, small and large (many rings' worth), and a
+// broadcast of a large buffer from every root.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -10,7 +11,7 @@
 #include "collectives/all_reduce.h"
 #include "collectives/broadcast.h"
 #include "collectives/coll_test_util.h"
-#include "shm_test_util.h"
+#include "comm_conformance.h"
 
 namespace tdist::transport::testing {
 namespace {
@@ -19,13 +20,13 @@ using tdist::testing::compare;
 using tdist::testing::make_input;
 using tdist::testing::reference_reduce;
 
-Deadline op_deadline() { return Deadline::after(std::chrono::seconds(30)); }
+class CommCollectivesTest : public CommTest {};
 
 constexpr coll::Algorithm kAlgos[] = {coll::Algorithm::kRing, coll::Algorithm::kHalvingDoubling,
                                       coll::Algorithm::kRecursiveDoubling};
 
 // Small counts for every combination; a large one (many rings' worth) for f32 sum.
-TEST(ShmCommCollectivesTest, AllReduceEveryAlgorithmMatchesTheReference) {
+TEST_P(CommCollectivesTest, AllReduceEveryAlgorithmMatchesTheReference) {
   struct Case {
     DType dtype;
     ReduceOp op;
@@ -41,7 +42,7 @@ TEST(ShmCommCollectivesTest, AllReduceEveryAlgorithmMatchesTheReference) {
   for (int world : {2, 3}) {
     std::vector<std::vector<uint8_t>> wants;
     for (const Case& c : cases) wants.push_back(reference_reduce(world, c.count, c.dtype, c.op));
-    run_shm_ranks(world, [&](Comm& comm) {
+    run(world, [&](Comm& comm) {
       uint64_t seq = 0;
       for (coll::Algorithm algo : kAlgos) {
         for (size_t i = 0; i < cases.size(); ++i) {
@@ -59,9 +60,9 @@ TEST(ShmCommCollectivesTest, AllReduceEveryAlgorithmMatchesTheReference) {
   }
 }
 
-TEST(ShmCommCollectivesTest, BroadcastOfSeveralRings) {
-  const size_t bytes = 9 * kSmallRing + 1;
-  run_shm_ranks(3, [&](Comm& comm) {
+TEST_P(CommCollectivesTest, BroadcastOfSeveralRings) {
+  const size_t bytes = 9 * kTestRingBytes + 1;
+  run(3, [&](Comm& comm) {
     for (int root = 0; root < 3; ++root) {
       std::vector<uint8_t> data =
           comm.rank() == root ? pattern(root, bytes) : std::vector<uint8_t>(bytes);
@@ -71,6 +72,8 @@ TEST(ShmCommCollectivesTest, BroadcastOfSeveralRings) {
     }
   });
 }
+
+TDIST_FOR_EVERY_COMM_FACTORY(CommCollectivesTest);
 
 }  // namespace
 }  // namespace tdist::transport::testing

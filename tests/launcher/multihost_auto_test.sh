@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# Multi-host tests of the `auto` backend: "hosts" made of network namespaces (netns.sh),
+# so ranks on one host share memory and ranks on different hosts reach each other only
+# over the bridge. The test holds whatever `auto` does inside and between hosts.
+#
+#   multihost_auto_test.sh TDISTRUN BIN_DIR
+#
+# BIN_DIR holds launcher_collectives_worker. For each layout, hosts x ranks per host of
+# 2x2, 3x2 and 1+3 (one host with 1 rank, one with 3):
+#  - check: one tdistrun agent per host (--node-rank = the host's index) starts the
+#    host's ranks; every rank runs every collective over `auto` and checks each result
+#    against its reference (collectives_worker.cc); every rank must say so and exit 0;
+#  - kill: the ranks are started directly in their hosts (env://, no agent that could
+#    stop them first); the last rank, on the last host, SIGKILLs itself while the others
+#    wait in an all_reduce that needs it; each must get PeerError within 5 s of the kill.
+# After each scenario nothing may be left in the namespaces. Every process runs under
+# `timeout`, so a hang fails its scenario in seconds, not the whole test.
+# Exit status: 0 all passed, 77 skipped (netns.sh check says why: not root, no `ip`, no
+# namespaces or veth pairs), 1 a scenario failed (its FAIL line and the ranks' stderr
+# say which and why).
+set -euo pipefail
+
+if (($# != 2)); then
+  echo "usage: $0 TDISTRUN BIN_DIR" >&2
+  exit 2
+fi
+here=$(cd "$(dirname "$0")" && pwd)
+netns="$here/netns.sh"
+tdistrun=$(realpath "$1")
+worker=$(realpath "$2")/launcher_collectives_worker
+for program in "$tdistrun" "$worker"; do
+  [[ -x $program ]] || {
+    echo "multihost_auto_test: $program is not an executable (build it first)" >&2
+    exit 1
+  }
+done
+
+"$netns" check || exit $?
+
+prefix="tdah$$"
+tmp=$(mktemp -d)
+trap '"$netns" teardown "$prefix" >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
+trap 'exit 1' INT TERM HUP  # so that the EXIT trap runs on these too
+nhosts=3
+"$netns" setup "$prefix" "$nhosts"
+addrs=()
+for ((i = 0; i < nhosts; i++)); do addrs+=("$("$netns" addr "$prefix" "$i")"); done
+
+failed=0     # scenarios that failed
+problems=()  # what went wrong in the current scenario
+dir=""       # the current scenario's files
+
+problem() { problems+=("$*"); }
+
+begin() {
+  problems=()
+  dir="$tmp/$1"
+  mkdir -p "$dir"
+}
+
+# Nothing of the scenario may outlive it: every namespace must be empty within 3 s.
+check_nothing_left() {
+  local i pids
+  for ((i = 0; i < nhosts; i++)); do
+    for _ in {1..30}; do
+      pids=$(ip netns pids "$prefix-$i" 2>/dev/null || true)
+      [[ -z $pids ]] && break
+      sleep 0.1
+    done
+    if [[ -n $pids ]]; then
+      # shellcheck disable=SC2086  # one pid per word
+      problem "left behind in host $i: $(ps -o pid=,args= -p "${pids//$'\n'/,}" | tr '\n' ';')"
+      # shellcheck disable=SC2086
+      kill -KILL $pids 2>/dev/null || true
+    fi
+  done
+}
+
+# end TITLE: the scenario's PASS/FAIL line; on failure what went wrong and the stderr of
+# every process.
+end() {
+  check_nothing_left
+  if ((${#problems[@]} == 0)); then
+    echo "multihost_auto_test: PASS $1"
+    return
+  fi
+  failed=$((failed + 1))
+  echo "multihost_auto_test: FAIL $1"
+  printf '  %s\n' "${problems[@]}"
+  local err
+  for err in "$dir"/*.err; do
+    [[ -s $err ]] || continue
+    echo "  --- ${err##*/} (last 20 lines):"
+    tail -n 20 "$err" | sed 's/^/    /'
+  done
+}
+
+# check LAYOUT...: one agent per host, host I starting LAYOUT[I] ranks, all checking every
+# collective.
+check() {
+  local layout=("$@") nnodes=$# world=0 i n pids=() rc
+  for n in "${layout[@]}"; do world=$((world + n)); done
+  local title="check ${layout[*]}: every collective over auto is right on $nnodes hosts"
+  title+=" with ${layout[*]} ranks"
+  begin "check_${layout[*]// /_}"
+  for ((i = 0; i < nnodes; i++)); do
+    timeout -k 5 40 env TMPDIR="$dir" TDIST_TEST_BACKEND=auto \
+      "$netns" exec "$prefix" "$i" "$tdistrun" --nnodes "$nnodes" --node-rank "$i" \
+      --nproc-per-node "${layout[i]}" --rdzv-endpoint "${addrs[0]}:29400" \
+      --rdzv-id "check${layout[*]// /}" --rdzv-timeout 20 --no-python "$worker" check \
+      >"$dir/host$i.out" 2>"$dir/host$i.err" &
+    pids+=($!)
+  done
+  for ((i = 0; i < nnodes; i++)); do
+    rc=0
+    wait "${pids[i]}" 2>/dev/null || rc=$?
+    ((rc == 0)) || problem "tdistrun on host $i exited with $rc, expected 0"
+  done
+  local passed
+  passed=$(cat "$dir"/host*.out | grep -Ec "checks passed \(backend auto, world $world\)" || true)
+  ((passed == world)) || problem "$passed of $world ranks reported their checks passed"
+  end "$title"
+}
+
+# kill LAYOUT...: the ranks started directly (host I runs LAYOUT[I] consecutive ranks);
+# the last rank SIGKILLs itself; every other must see PeerError within 5 s.
+kill_test() {
+  local layout=("$@") nnodes=$# world=0 i l n rank=0 pids=() rc port=$((29500 + kill_round))
+  kill_round=$((kill_round + 1))
+  for n in "${layout[@]}"; do world=$((world + n)); done
+  local victim=$((world - 1))
+  begin "kill_${layout[*]// /_}"
+  for ((i = 0; i < nnodes; i++)); do
+    for ((l = 0; l < layout[i]; l++)); do
+      # Under a shell that exits with the status, so bash does not report the victim as
+      # "Killed" on its own.
+      bash -c '"$@"; exit $?' rank"$rank" \
+        timeout -k 5 20 env RANK="$rank" WORLD_SIZE="$world" LOCAL_RANK="$l" \
+        LOCAL_WORLD_SIZE="${layout[i]}" GROUP_RANK="$i" MASTER_ADDR="${addrs[0]}" \
+        MASTER_PORT="$port" TDIST_TEST_BACKEND=auto \
+        "$netns" exec "$prefix" "$i" "$worker" kill "$victim" "$dir" \
+        >"$dir/rank$rank.out" 2>"$dir/rank$rank.err" &
+      pids+=($!)
+      rank=$((rank + 1))
+    done
+  done
+  for ((rank = 0; rank < world; rank++)); do
+    rc=0
+    wait "${pids[rank]}" || rc=$?
+    if ((rank == victim)); then
+      ((rc == 137)) || problem "rank $rank (the victim) exited with $rc, expected 137 (SIGKILL)"
+    elif ((rc != 0)); then
+      problem "rank $rank exited with $rc, expected 0 (PeerError within 5 s)"
+    elif ! grep -q "^rank $rank: PeerError [0-9]* ms after the kill" "$dir/rank$rank.out"; then
+      problem "rank $rank did not report its PeerError"
+    fi
+  done
+  local slowest
+  slowest=$(cat "$dir"/rank*.out | sed -n 's/.*PeerError \([0-9]*\) ms after the kill.*/\1/p' |
+    sort -n | tail -n 1)
+  end "kill ${layout[*]}: SIGKILL of rank $victim on host $((nnodes - 1)) is PeerError on the \
+$((world - 1)) others within 5 s (slowest ${slowest:-?} ms)"
+}
+
+kill_round=0
+for layout in "2 2" "2 2 2" "1 3"; do
+  # shellcheck disable=SC2086  # the layout's words are its hosts
+  check $layout
+  # shellcheck disable=SC2086
+  kill_test $layout
+done
+
+if ((failed > 0)); then
+  echo "multihost_auto_test: $failed scenario(s) FAILED"
+  exit 1
+fi
+echo "multihost_auto_test: all scenarios passed"
