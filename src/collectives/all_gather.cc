@@ -24,7 +24,7 @@ void ring(const Ctx& ctx, void* recv, std::span<const size_t> sizes,
   const int r = ctx.comm.rank();
   const int next = mod(r + 1, n);
   const int prev = mod(r - 1, n);
-  const size_t chunk = detail::chunk_bytes();
+  const size_t chunk = detail::chunk_bytes(ctx);
   RequestQueue recvs(ctx);
   RequestQueue sends(ctx);
   for (int s = 0; s + 1 < n; ++s) {
@@ -63,7 +63,7 @@ void all_gatherv(const Ctx& ctx, const void* send, void* recv,
     offsets[i + 1] = offsets[i] + bytes_per_rank[i];
     largest = std::max(largest, bytes_per_rank[i]);
   }
-  select_algorithm(Collective::kAllGather, largest, n, algo);
+  detail::choose(ctx, Collective::kAllGather, largest, algo);
   uint8_t* own = detail::at(recv, offsets[r]);
   if (send != own && bytes_per_rank[r] > 0) std::memmove(own, send, bytes_per_rank[r]);
   if (n == 1 || offsets[n] == 0) return;

@@ -41,7 +41,7 @@ void ring(const Ctx& ctx, const Vec& v) {
   const int prev = mod(r - 1, n);
   const size_t es = v.esize();
   const Blocks blocks{v.count, n};
-  const size_t ce = detail::chunk_elems(es);
+  const size_t ce = detail::chunk_elems(ctx, es);
   const size_t slot_elems = std::min(ce, blocks.length(0));
   const size_t nch = detail::ceil_div(blocks.length(0), ce);
   const size_t rs_steps = static_cast<size_t>(n - 1);
@@ -131,7 +131,7 @@ void pair(const Ctx& ctx, const uint8_t* send, const Vec& v) {
   const size_t mine_len = blocks.length(r);
   const size_t theirs = blocks.offset(peer);
   const size_t theirs_len = blocks.length(peer);
-  const size_t ce = detail::chunk_elems(es);
+  const size_t ce = detail::chunk_elems(ctx, es);
   const size_t mch = detail::ceil_div(mine_len, ce);
   const size_t tch = detail::ceil_div(theirs_len, ce);
   const uint64_t t_reduce = detail::tag(ctx, 0);
@@ -309,7 +309,7 @@ void all_reduce(const Ctx& ctx, const void* send, void* recv, size_t count, DTyp
   validate(op, dtype);
   const int n = ctx.comm.size();
   const Algorithm chosen =
-      select_algorithm(Collective::kAllReduce, count * dtype_size(dtype), n, algo);
+      detail::choose(ctx, Collective::kAllReduce, count * dtype_size(dtype), algo);
   const Vec v{static_cast<uint8_t*>(recv), count, dtype, op};
   if (n == 2 && count > 0 && chosen != Algorithm::kRecursiveDoubling) {
     // Ring and halving-doubling are the same exchange for two ranks. Without a

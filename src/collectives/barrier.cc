@@ -8,7 +8,7 @@ namespace tdist::coll {
 void barrier(const Ctx& ctx, Algorithm algo) {
   const int n = ctx.comm.size();
   const int r = ctx.comm.rank();
-  select_algorithm(Collective::kBarrier, 0, n, algo);
+  detail::choose(ctx, Collective::kBarrier, 0, algo);
   detail::RequestQueue sends(ctx);
   uint32_t round = 0;
   for (int dist = 1; dist < n; dist *= 2, ++round) {

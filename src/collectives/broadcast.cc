@@ -42,7 +42,7 @@ void chain(const Ctx& ctx, void* data, size_t bytes, int root) {
   const int vr = mod(ctx.comm.rank() - root, n);
   const int prev = vr > 0 ? mod(ctx.comm.rank() - 1, n) : -1;
   const int next = vr + 1 < n ? mod(ctx.comm.rank() + 1, n) : -1;
-  const size_t chunk = detail::chunk_bytes();
+  const size_t chunk = detail::chunk_bytes(ctx);
   const size_t nch = detail::ceil_div(bytes, chunk);
   const uint64_t t = detail::tag(ctx, 0);
   RequestQueue sends(ctx);
@@ -69,7 +69,7 @@ void chain(const Ctx& ctx, void* data, size_t bytes, int root) {
 void broadcast(const Ctx& ctx, void* data, size_t bytes, int root, Algorithm algo) {
   detail::check_root(ctx, "broadcast", root);
   const int n = ctx.comm.size();
-  const Algorithm chosen = select_algorithm(Collective::kBroadcast, bytes, n, algo);
+  const Algorithm chosen = detail::choose(ctx, Collective::kBroadcast, bytes, algo);
   if (n == 1 || bytes == 0) return;
   if (chosen == Algorithm::kChain) {
     chain(ctx, data, bytes, root);

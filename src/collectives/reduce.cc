@@ -62,7 +62,7 @@ void chain(const Ctx& ctx, const Args& a) {
   const int from = vr + 1 < n ? mod(r + 1, n) : -1;
   const int to = vr > 0 ? mod(r - 1, n) : -1;
   const size_t es = dtype_size(a.dtype);
-  const size_t ce = detail::chunk_elems(es);
+  const size_t ce = detail::chunk_elems(ctx, es);
   const size_t slot = std::min(ce, a.count) * es;
   const size_t nch = detail::ceil_div(a.count, ce);
   const bool premul = a.op.kind == ReduceOpKind::kPremulSum;
@@ -115,7 +115,7 @@ void reduce(const Ctx& ctx, const void* send, void* recv, size_t count, DType dt
   detail::check_root(ctx, "reduce", root);
   const int n = ctx.comm.size();
   const Algorithm chosen =
-      select_algorithm(Collective::kReduce, count * dtype_size(dtype), n, algo);
+      detail::choose(ctx, Collective::kReduce, count * dtype_size(dtype), algo);
   TDIST_CHECK(ctx.comm.rank() != root || recv != nullptr || count == 0, InvalidArgument,
               "reduce: the root needs a receive buffer");
   if (count == 0) return;

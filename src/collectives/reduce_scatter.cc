@@ -24,7 +24,7 @@ void ring(const Ctx& ctx, const void* send, void* recv, size_t count, DType dtyp
   const int next = mod(r + 1, n);
   const int prev = mod(r - 1, n);
   const size_t es = dtype_size(dtype);
-  const size_t ce = detail::chunk_elems(es);
+  const size_t ce = detail::chunk_elems(ctx, es);
   const size_t slot = std::min(ce, count) * es;
   const size_t nch = detail::ceil_div(count, ce);
   const size_t depth = detail::kPipelineDepth;
@@ -91,7 +91,7 @@ void reduce_scatter(const Ctx& ctx, const void* send, void* recv, size_t count, 
                     ReduceOp op, Algorithm algo) {
   validate(op, dtype);
   const int n = ctx.comm.size();
-  select_algorithm(Collective::kReduceScatter, count * dtype_size(dtype), n, algo);
+  detail::choose(ctx, Collective::kReduceScatter, count * dtype_size(dtype), algo);
   if (count == 0) return;
   if (n == 1) {
     detail::prepare_local(send, recv, count, dtype, op);

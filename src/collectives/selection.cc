@@ -1,4 +1,4 @@
-// Algorithm selection (selection.h): TDIST_ALGO parsing and the size thresholds.
+// Algorithm selection (selection.h): the size thresholds.
 //
 // Thresholds (bytes of the per-rank vector), measured with tests/collectives/algo_sweep
 // over the TCP transport between processes on a 2-core machine (2 and 3 ranks), and for
@@ -17,11 +17,9 @@
 //              copy on the non-roots).
 #include "collectives/selection.h"
 
-#include <array>
 #include <string>
 
 #include "tdist/error.h"
-#include "tdist/settings.h"
 
 namespace tdist::coll {
 namespace {
@@ -31,11 +29,6 @@ constexpr size_t kAllReduceTwoRanks = 512 * 1024;
 constexpr size_t kAllReduceLarge = 1024 * 1024;
 constexpr size_t kBroadcastTree = 64 * 1024;
 constexpr size_t kReduceTree = 256 * 1024;
-
-constexpr auto kCollectives = std::to_array<Collective>(
-    {Collective::kAllReduce, Collective::kBroadcast, Collective::kReduce, Collective::kAllGather,
-     Collective::kGather, Collective::kScatter, Collective::kReduceScatter, Collective::kAllToAll,
-     Collective::kBarrier});
 
 constexpr Algorithm kAllReduceAlgos[] = {Algorithm::kRing, Algorithm::kHalvingDoubling,
                                          Algorithm::kRecursiveDoubling};
@@ -52,56 +45,6 @@ std::string join_names(std::span<const Algorithm> algos) {
     out += algorithm_name(a);
   }
   return out;
-}
-
-std::string collective_names() {
-  std::string out;
-  for (Collective c : kCollectives) {
-    if (!out.empty()) out += ", ";
-    out += collective_name(c);
-  }
-  return out;
-}
-
-Algorithm parse_for(Collective c, std::string_view name) {
-  for (Algorithm a : algorithms_for(c)) {
-    if (algorithm_name(a) == name) return a;
-  }
-  TDIST_THROW(InvalidArgument, "TDIST_ALGO: '", name, "' is not an algorithm for ",
-              collective_name(c), "; valid: ", join_names(algorithms_for(c)));
-}
-
-// The algorithm TDIST_ALGO forces for `c`, or kAuto. Validates the whole value.
-Algorithm forced_by_env(Collective c) {
-  const std::string value = setting_string("TDIST_ALGO");
-  Algorithm forced = Algorithm::kAuto;
-  std::string_view rest = value;
-  while (!rest.empty()) {
-    const size_t comma = rest.find(',');
-    std::string_view item = rest.substr(0, comma);
-    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    if (item.empty() || item == "auto") continue;
-    const size_t eq = item.find('=');
-    Collective target = Collective::kAllReduce;
-    std::string_view algo = item;
-    if (eq != std::string_view::npos) {
-      const std::string_view coll_name = item.substr(0, eq);
-      algo = item.substr(eq + 1);
-      bool found = false;
-      for (Collective k : kCollectives) {
-        if (collective_name(k) == coll_name) {
-          target = k;
-          found = true;
-        }
-      }
-      TDIST_CHECK(found, InvalidArgument, "TDIST_ALGO: '", coll_name,
-                  "' is not a collective; valid: ", collective_names());
-    }
-    if (algo == "auto") continue;
-    const Algorithm parsed = parse_for(target, algo);
-    if (target == c) forced = parsed;
-  }
-  return forced;
 }
 
 Algorithm by_size(Collective c, size_t bytes, int world) {
@@ -191,7 +134,8 @@ std::span<const Algorithm> algorithms_for(Collective c) {
   return {};
 }
 
-Algorithm select_algorithm(Collective c, size_t bytes, int world, Algorithm requested) {
+Algorithm select_algorithm(Collective c, size_t bytes, int world, Algorithm requested,
+                           Algorithm forced) {
   if (requested != Algorithm::kAuto) {
     for (Algorithm a : algorithms_for(c)) {
       if (a == requested) return a;
@@ -199,7 +143,6 @@ Algorithm select_algorithm(Collective c, size_t bytes, int world, Algorithm requ
     TDIST_THROW(InvalidArgument, collective_name(c), " cannot run algorithm ",
                 algorithm_name(requested), "; valid: ", join_names(algorithms_for(c)));
   }
-  const Algorithm forced = forced_by_env(c);
   if (forced != Algorithm::kAuto) return forced;
   return by_size(c, bytes, world);
 }

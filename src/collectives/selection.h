@@ -1,12 +1,11 @@
 // Algorithm selection: which algorithm a collective runs, by message size and world size.
 //
 // Every collective takes an Algorithm; kAuto (the default) asks select_algorithm(), which
-// honours TDIST_ALGO first and otherwise applies the measured thresholds in selection.cc.
-// TDIST_ALGO forces algorithms for tests and tuning: "all_reduce=ring,broadcast=chain",
-// or a bare name ("ring"), which applies to all_reduce. An unknown collective or
-// algorithm name, or an algorithm that cannot run the collective, is InvalidArgument
-// naming the valid choices. Pure functions of their arguments and the environment;
-// thread-safe.
+// honours what TDIST_ALGO forces first (parsed once, settings.h: "all_reduce=ring,
+// broadcast=chain", or a bare name such as "ring", which applies to all_reduce) and
+// otherwise applies the measured thresholds in selection.cc. An algorithm that cannot
+// run the collective is InvalidArgument naming the valid choices. Pure functions of
+// their arguments; thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -27,6 +26,12 @@ enum class Collective : uint8_t {
   kAllToAll,
   kBarrier,
 };
+
+inline constexpr size_t kNumCollectives = 9;
+inline constexpr Collective kAllCollectives[kNumCollectives] = {
+    Collective::kAllReduce,     Collective::kBroadcast, Collective::kReduce,
+    Collective::kAllGather,     Collective::kGather,    Collective::kScatter,
+    Collective::kReduceScatter, Collective::kAllToAll,  Collective::kBarrier};
 
 enum class Algorithm : uint8_t {
   kAuto,
@@ -50,8 +55,10 @@ std::span<const Algorithm> algorithms_for(Collective c);
 // The algorithm to run `c` on `bytes` (the per-rank message: the whole vector for
 // all_reduce, broadcast and reduce; the largest block for the gathers and scatters)
 // among `world` ranks. A `requested` algorithm other than kAuto wins (InvalidArgument
-// when it cannot run `c`); then TDIST_ALGO; then the thresholds.
+// when it cannot run `c`); then `forced` (what TDIST_ALGO forces for `c`:
+// CollectiveSettings::forced(c)); then the thresholds.
 Algorithm select_algorithm(Collective c, size_t bytes, int world,
-                           Algorithm requested = Algorithm::kAuto);
+                           Algorithm requested = Algorithm::kAuto,
+                           Algorithm forced = Algorithm::kAuto);
 
 }  // namespace tdist::coll
