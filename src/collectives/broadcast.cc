@@ -1,9 +1,11 @@
-// broadcast algorithms (broadcast.h): binomial tree and pipelined chain.
+// broadcast algorithms (broadcast.h): binomial tree, pipelined chain, hierarchical.
 #include "collectives/broadcast.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "collectives/detail.h"
+#include "collectives/hierarchy.h"
 
 namespace tdist::coll {
 namespace {
@@ -64,6 +66,20 @@ void chain(const Ctx& ctx, void* data, size_t bytes, int root) {
   sends.wait_all();
 }
 
+// Hierarchical (hierarchy.h): the root broadcasts to one rank per host (the leader, the
+// root itself on its host), then each of those to its host's ranks.
+void hierarchical(const Ctx& ctx, void* data, size_t bytes, int root) {
+  const detail::Hosts hosts = detail::Hosts::of(ctx.comm);
+  const std::vector<int> reps = hosts.representatives(root);
+  const int rep = reps[static_cast<size_t>(hosts.host)];
+  if (rep == ctx.comm.rank()) {
+    detail::SubComm inter(ctx.comm, reps, 1);
+    broadcast(detail::phase_ctx(ctx, inter), data, bytes, hosts.host_of(root));
+  }
+  detail::SubComm intra(ctx.comm, hosts.mine(), 2);
+  broadcast(detail::phase_ctx(ctx, intra), data, bytes, hosts.local_of(rep));
+}
+
 }  // namespace
 
 void broadcast(const Ctx& ctx, void* data, size_t bytes, int root, Algorithm algo) {
@@ -71,7 +87,9 @@ void broadcast(const Ctx& ctx, void* data, size_t bytes, int root, Algorithm alg
   const int n = ctx.comm.size();
   const Algorithm chosen = detail::choose(ctx, Collective::kBroadcast, bytes, algo);
   if (n == 1 || bytes == 0) return;
-  if (chosen == Algorithm::kChain) {
+  if (chosen == Algorithm::kHierarchical) {
+    hierarchical(ctx, data, bytes, root);
+  } else if (chosen == Algorithm::kChain) {
     chain(ctx, data, bytes, root);
   } else {
     binomial(ctx, data, bytes, root);

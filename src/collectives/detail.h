@@ -41,9 +41,10 @@ inline size_t chunk_elems(const Ctx& ctx, size_t esize) {
   return std::max<size_t>(1, chunk_bytes(ctx) / esize);
 }
 
-// select_algorithm() for this Ctx: its world, its settings.
+// select_algorithm() for this Ctx: its world, its Comm's number of hosts, its settings.
 inline Algorithm choose(const Ctx& ctx, Collective c, size_t bytes, Algorithm requested) {
-  return select_algorithm(c, bytes, ctx.comm.size(), requested, ctx.settings.forced(c));
+  return select_algorithm(c, bytes, ctx.comm.size(), ctx.comm.topology().num_hosts(), requested,
+                          ctx.settings.forced(c));
 }
 
 constexpr size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }

@@ -1,4 +1,17 @@
-// Algorithm selection (selection.h): the size thresholds.
+// Algorithm selection (selection.h): the topology rule and the size thresholds.
+//
+// Groups spanning hosts (1 < num_hosts < world) run the hierarchical algorithms at every
+// size. Large messages gain because only 1/L of the vector per rank (all_reduce) or one
+// copy per host (broadcast, reduce, the gathers) crosses the network, on all of a host's
+// links at once. Small messages were considered for flat algorithms: flat recursive
+// doubling or a binomial tree has as few inter-host rounds as the hierarchical form only
+// when a host's ranks are consecutive and a power of two, and otherwise up to log2(world)
+// rounds on TCP; the hierarchical form always has the minimum, ceil(log2(num_hosts)),
+// and pays for it with ~2 log2(ranks per host) intra-host rounds over shared memory,
+// each an order of magnitude cheaper than a ~15 us TCP round. So the hierarchical form
+// is never much worse and often much better; below kHierarchicalShards all_reduce uses
+// its latency form (all_reduce.cc). With one rank per host (num_hosts == world) there
+// is no intra-host phase and the flat algorithms are chosen as for one host.
 //
 // Thresholds (bytes of the per-rank vector), measured with tests/collectives/algo_sweep
 // over the TCP transport between processes on a 2-core machine (2 and 3 ranks), and for
@@ -31,12 +44,13 @@ constexpr size_t kBroadcastTree = 64 * 1024;
 constexpr size_t kReduceTree = 256 * 1024;
 
 constexpr Algorithm kAllReduceAlgos[] = {Algorithm::kRing, Algorithm::kHalvingDoubling,
-                                         Algorithm::kRecursiveDoubling};
-constexpr Algorithm kTreeAlgos[] = {Algorithm::kBinomial, Algorithm::kChain};
-constexpr Algorithm kRingAlgos[] = {Algorithm::kRing};
+                                         Algorithm::kRecursiveDoubling, Algorithm::kHierarchical};
+constexpr Algorithm kTreeAlgos[] = {Algorithm::kBinomial, Algorithm::kChain,
+                                    Algorithm::kHierarchical};
+constexpr Algorithm kRingAlgos[] = {Algorithm::kRing, Algorithm::kHierarchical};
 constexpr Algorithm kLinearAlgos[] = {Algorithm::kLinear};
 constexpr Algorithm kPairwiseAlgos[] = {Algorithm::kPairwise};
-constexpr Algorithm kBarrierAlgos[] = {Algorithm::kDissemination};
+constexpr Algorithm kBarrierAlgos[] = {Algorithm::kDissemination, Algorithm::kHierarchical};
 
 std::string join_names(std::span<const Algorithm> algos) {
   std::string out;
@@ -45,6 +59,13 @@ std::string join_names(std::span<const Algorithm> algos) {
     out += algorithm_name(a);
   }
   return out;
+}
+
+bool has_hierarchical(Collective c) {
+  for (Algorithm a : algorithms_for(c)) {
+    if (a == Algorithm::kHierarchical) return true;
+  }
+  return false;
 }
 
 Algorithm by_size(Collective c, size_t bytes, int world) {
@@ -109,6 +130,8 @@ std::string_view algorithm_name(Algorithm a) {
       return "pairwise";
     case Algorithm::kDissemination:
       return "dissemination";
+    case Algorithm::kHierarchical:
+      return "hierarchical";
   }
   return "?";
 }
@@ -134,8 +157,8 @@ std::span<const Algorithm> algorithms_for(Collective c) {
   return {};
 }
 
-Algorithm select_algorithm(Collective c, size_t bytes, int world, Algorithm requested,
-                           Algorithm forced) {
+Algorithm select_algorithm(Collective c, size_t bytes, int world, int num_hosts,
+                           Algorithm requested, Algorithm forced) {
   if (requested != Algorithm::kAuto) {
     for (Algorithm a : algorithms_for(c)) {
       if (a == requested) return a;
@@ -144,6 +167,7 @@ Algorithm select_algorithm(Collective c, size_t bytes, int world, Algorithm requ
                 algorithm_name(requested), "; valid: ", join_names(algorithms_for(c)));
   }
   if (forced != Algorithm::kAuto) return forced;
+  if (num_hosts > 1 && num_hosts < world && has_hierarchical(c)) return Algorithm::kHierarchical;
   return by_size(c, bytes, world);
 }
 

@@ -1,5 +1,5 @@
-// Algorithm selection: thresholds, explicit choices, and TDIST_ALGO / TDIST_CHUNK_BYTES
-// parsing into CollectiveSettings.
+// Algorithm selection: thresholds, the topology rule, explicit choices, and TDIST_ALGO /
+// TDIST_CHUNK_BYTES parsing into CollectiveSettings.
 #include "collectives/selection.h"
 
 #include <gtest/gtest.h>
@@ -22,7 +22,7 @@ Algorithm forced(const char* value, Collective c) {
 
 // select_algorithm on one host, with TDIST_ALGO=`algo`.
 Algorithm flat(Collective c, size_t bytes, int world, const char* algo = "") {
-  return select_algorithm(c, bytes, world, Algorithm::kAuto, forced(algo, c));
+  return select_algorithm(c, bytes, world, 1, Algorithm::kAuto, forced(algo, c));
 }
 
 TEST(Selection, BySize) {
@@ -35,20 +35,64 @@ TEST(Selection, BySize) {
   for (Collective c : kAllCollectives) {
     for (size_t bytes : {size_t{0}, size_t{1000}, size_t{1} << 30}) {
       for (int world : {1, 2, 3, 8, 64}) {
-        const Algorithm a = select_algorithm(c, bytes, world);
-        bool valid = false;
-        for (Algorithm ok : algorithms_for(c)) valid = valid || ok == a;
-        EXPECT_TRUE(valid) << collective_name(c) << " chose " << algorithm_name(a);
+        for (int hosts : {1, 2, world}) {
+          const Algorithm a = select_algorithm(c, bytes, world, hosts);
+          bool valid = false;
+          for (Algorithm ok : algorithms_for(c)) valid = valid || ok == a;
+          EXPECT_TRUE(valid) << collective_name(c) << " chose " << algorithm_name(a);
+        }
       }
     }
   }
 }
 
+TEST(Selection, GroupsSpanningHostsRunHierarchicalAtEverySize) {
+  for (Collective c : {Collective::kAllReduce, Collective::kBroadcast, Collective::kReduce,
+                       Collective::kAllGather, Collective::kReduceScatter, Collective::kBarrier}) {
+    for (size_t bytes : {size_t{0}, size_t{4}, size_t{64} << 10, size_t{1} << 30}) {
+      EXPECT_EQ(select_algorithm(c, bytes, 4, 2), Algorithm::kHierarchical) << collective_name(c);
+      EXPECT_EQ(select_algorithm(c, bytes, 6, 3), Algorithm::kHierarchical) << collective_name(c);
+      // One host, or one rank per host: flat.
+      EXPECT_NE(select_algorithm(c, bytes, 4, 1), Algorithm::kHierarchical) << collective_name(c);
+      EXPECT_NE(select_algorithm(c, bytes, 4, 4), Algorithm::kHierarchical) << collective_name(c);
+    }
+  }
+  // The collectives without a hierarchical form stay flat.
+  EXPECT_EQ(select_algorithm(Collective::kGather, 100, 4, 2), Algorithm::kLinear);
+  EXPECT_EQ(select_algorithm(Collective::kScatter, 100, 4, 2), Algorithm::kLinear);
+  EXPECT_EQ(select_algorithm(Collective::kAllToAll, 100, 4, 2), Algorithm::kPairwise);
+  // One rank per host: the size thresholds as on one host.
+  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 64, 8, 8), Algorithm::kRecursiveDoubling);
+}
+
+TEST(Selection, ForcedAlgorithmsWinOverTheTopology) {
+  const CollectiveSettings ring = CollectiveSettings::parse("all_reduce=ring", 4096);
+  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 64, 4, 2, Algorithm::kAuto,
+                             ring.forced(Collective::kAllReduce)),
+            Algorithm::kRing);
+  EXPECT_EQ(select_algorithm(Collective::kBroadcast, 64, 4, 2, Algorithm::kAuto,
+                             ring.forced(Collective::kBroadcast)),
+            Algorithm::kHierarchical);
+  // Hierarchical forced on one host (it degenerates to one intra-host phase).
+  for (const char* value : {"all_reduce=hierarchical", "hierarchical"}) {
+    EXPECT_EQ(flat(Collective::kAllReduce, 64, 4, value), Algorithm::kHierarchical) << value;
+  }
+  EXPECT_EQ(forced("broadcast=hierarchical,reduce=hierarchical,all_gather=hierarchical,"
+                   "reduce_scatter=hierarchical,barrier=hierarchical",
+                   Collective::kBarrier),
+            Algorithm::kHierarchical);
+  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 64, 4, 2, Algorithm::kRecursiveDoubling),
+            Algorithm::kRecursiveDoubling);
+  EXPECT_THROW(select_algorithm(Collective::kGather, 8, 4, 2, Algorithm::kHierarchical),
+               InvalidArgument);
+}
+
 TEST(Selection, ExplicitChoiceWinsAndIsChecked) {
   const Algorithm ring = forced("all_reduce=ring", Collective::kAllReduce);
-  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 8, 4, Algorithm::kHalvingDoubling, ring),
+  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 8, 4, 1, Algorithm::kHalvingDoubling, ring),
             Algorithm::kHalvingDoubling);
-  EXPECT_THROW(select_algorithm(Collective::kBroadcast, 8, 4, Algorithm::kRing), InvalidArgument);
+  EXPECT_THROW(select_algorithm(Collective::kBroadcast, 8, 4, 1, Algorithm::kRing),
+               InvalidArgument);
 }
 
 TEST(Selection, EnvironmentForcesAlgorithms) {
@@ -72,15 +116,18 @@ TEST(Selection, UnknownNamesListTheValidOnes) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(message("rign").find("ring, halving_doubling, recursive_doubling"), std::string::npos)
+  EXPECT_NE(message("rign").find("ring, halving_doubling, recursive_doubling, hierarchical"),
+            std::string::npos)
       << message("rign");
-  EXPECT_NE(message("broadcast=ring").find("binomial, chain"), std::string::npos);
+  EXPECT_NE(message("broadcast=ring").find("binomial, chain, hierarchical"), std::string::npos);
   EXPECT_NE(message("allreduce=ring").find("all_reduce, broadcast"), std::string::npos);
+  EXPECT_NE(message("gather=hierarchical").find("valid: linear"), std::string::npos);
 }
 
 TEST(Selection, Names) {
   EXPECT_EQ(collective_name(Collective::kReduceScatter), "reduce_scatter");
   EXPECT_EQ(algorithm_name(Algorithm::kHalvingDoubling), "halving_doubling");
+  EXPECT_EQ(algorithm_name(Algorithm::kHierarchical), "hierarchical");
 }
 
 TEST(CollectiveSettings, ParsesChunkAndRejectsNonPositive) {
