@@ -1,8 +1,11 @@
 // all_gatherv: every rank ends with every rank's block, back to back in rank order.
 //
-// Algorithm (selection.h): kRing, pipelined in chunks: at step s rank r forwards block
+// Algorithms (selection.h): kRing, pipelined in chunks: at step s rank r forwards block
 // r-s to the next rank, chunk by chunk as the chunks of it arrive. Every receive lands
-// in `recv` directly (no scratch).
+// in `recv` directly (no scratch). kHierarchical (groups spanning hosts, hierarchy.h):
+// equal hosts: all-gather among the ranks with the same local index (one per host), then
+// inside each host; unequal hosts: inside each host, among the leaders, then a broadcast
+// inside each host. It gathers in scratch (the whole result) and copies to `recv`.
 //
 // Buffers: rank r's `send` holds bytes_per_rank[r] bytes; `recv` holds the sum of
 // bytes_per_rank, block i at the sum of the sizes before it. In place when send is

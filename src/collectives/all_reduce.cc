@@ -1,13 +1,20 @@
 // all_reduce algorithms (all_reduce.h): pipelined ring, halving-doubling, recursive
 // doubling, and the two-rank exchange that ring and halving-doubling become for two
 // ranks. All but the zero-copy form of the latter work in place on `recv` after
-// prepare_local() copied and premultiplied the rank's own contribution.
+// prepare_local() copied and premultiplied the rank's own contribution. Hierarchical:
+// phases of the others (and of reduce_scatter, all_gather, reduce, broadcast) on views.
 #include "collectives/all_reduce.h"
 
 #include <algorithm>
 #include <bit>
+#include <vector>
 
+#include "collectives/all_gather.h"
+#include "collectives/broadcast.h"
 #include "collectives/detail.h"
+#include "collectives/hierarchy.h"
+#include "collectives/reduce.h"
+#include "collectives/reduce_scatter.h"
 #include "core/reduce_kernels.h"
 #include "tdist/error.h"
 
@@ -41,7 +48,7 @@ void ring(const Ctx& ctx, const Vec& v) {
   const int prev = mod(r - 1, n);
   const size_t es = v.esize();
   const Blocks blocks{v.count, n};
-  const size_t ce = detail::chunk_elems(es);
+  const size_t ce = detail::chunk_elems(ctx, es);
   const size_t slot_elems = std::min(ce, blocks.length(0));
   const size_t nch = detail::ceil_div(blocks.length(0), ce);
   const size_t rs_steps = static_cast<size_t>(n - 1);
@@ -131,7 +138,7 @@ void pair(const Ctx& ctx, const uint8_t* send, const Vec& v) {
   const size_t mine_len = blocks.length(r);
   const size_t theirs = blocks.offset(peer);
   const size_t theirs_len = blocks.length(peer);
-  const size_t ce = detail::chunk_elems(es);
+  const size_t ce = detail::chunk_elems(ctx, es);
   const size_t mch = detail::ceil_div(mine_len, ce);
   const size_t tch = detail::ceil_div(theirs_len, ce);
   const uint64_t t_reduce = detail::tag(ctx, 0);
@@ -302,6 +309,55 @@ void recursive_doubling(const Ctx& ctx, const Vec& v) {
   fold_out(ctx, v, f, static_cast<uint32_t>(rounds + 1));
 }
 
+// Hierarchical (hierarchy.h). Bandwidth form, for equal hosts and vectors above
+// kHierarchicalShards: reduce-scatter inside the host (local rank i keeps shard i of the
+// balanced split), all-reduce of shard i among the ranks with local index i (one per
+// host: every inter-host link busy at once, each carrying 1/L of the vector), all-gather
+// inside the host. Latency form, for small vectors (2 log2(L) intra-host rounds instead
+// of 2(L-1); 32 KiB is where the flat all-reduce also leaves its latency algorithm) and
+// for unequal hosts: reduce to the host's leader, all-reduce among the leaders,
+// broadcast from the leader. Either way every rank ends with the same bits.
+constexpr size_t kHierarchicalShards = 32 * 1024;
+
+void hierarchical(const Ctx& ctx, const void* send, void* recv, size_t count, DType dtype,
+                  ReduceOp op) {
+  const detail::Hosts hosts = detail::Hosts::of(ctx.comm);
+  const int n = ctx.comm.size();
+  const size_t es = dtype_size(dtype);
+  const std::vector<int>& mine = hosts.mine();
+  const int local_size = static_cast<int>(mine.size());
+  if (hosts.uniform && local_size > 1 && count * es > kHierarchicalShards &&
+      count >= static_cast<size_t>(local_size)) {
+    const Blocks blocks{count, local_size};
+    uint8_t* shard = at(recv, blocks.offset(hosts.local) * es);
+    const size_t length = blocks.length(hosts.local);
+    detail::SubComm intra(ctx.comm, mine, 1);
+    reduce_scatter_balanced(detail::phase_ctx(ctx, intra), send, shard, count, dtype,
+                            detail::first_phase_op(op));
+    detail::SubComm inter(ctx.comm, hosts.column(hosts.local), 2);
+    all_reduce(detail::phase_ctx(ctx, inter), shard, shard, length, dtype,
+               detail::later_phase_op(op));
+    core::finish(shard, length, dtype, op, n);
+    std::vector<size_t> bytes(static_cast<size_t>(local_size));
+    for (int i = 0; i < local_size; ++i) bytes[static_cast<size_t>(i)] = blocks.length(i) * es;
+    detail::SubComm gather(ctx.comm, mine, 3);
+    all_gatherv(detail::phase_ctx(ctx, gather), shard, recv, bytes);
+    return;
+  }
+  const bool leader = hosts.local == 0;
+  detail::SubComm intra(ctx.comm, mine, 1);
+  reduce(detail::phase_ctx(ctx, intra), send, leader ? recv : nullptr, count, dtype,
+         detail::first_phase_op(op), 0);
+  if (leader) {
+    detail::SubComm leaders(ctx.comm, hosts.column(0), 2);
+    all_reduce(detail::phase_ctx(ctx, leaders), recv, recv, count, dtype,
+               detail::later_phase_op(op));
+    core::finish(recv, count, dtype, op, n);
+  }
+  detail::SubComm release(ctx.comm, mine, 3);
+  broadcast(detail::phase_ctx(ctx, release), recv, count * es, 0);
+}
+
 }  // namespace
 
 void all_reduce(const Ctx& ctx, const void* send, void* recv, size_t count, DType dtype,
@@ -309,7 +365,11 @@ void all_reduce(const Ctx& ctx, const void* send, void* recv, size_t count, DTyp
   validate(op, dtype);
   const int n = ctx.comm.size();
   const Algorithm chosen =
-      select_algorithm(Collective::kAllReduce, count * dtype_size(dtype), n, algo);
+      detail::choose(ctx, Collective::kAllReduce, count * dtype_size(dtype), algo);
+  if (chosen == Algorithm::kHierarchical) {
+    if (count > 0) hierarchical(ctx, send, recv, count, dtype, op);
+    return;
+  }
   const Vec v{static_cast<uint8_t*>(recv), count, dtype, op};
   if (n == 2 && count > 0 && chosen != Algorithm::kRecursiveDoubling) {
     // Ring and halving-doubling are the same exchange for two ranks. Without a

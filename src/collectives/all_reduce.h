@@ -10,6 +10,10 @@
 // ranks, ring and halving-doubling run the same direct exchange (each rank reduces one
 // half, then sends it back, pipelined in chunks); out of place and without premul_sum it
 // reads `send` where it is and receives straight into `recv` (no copy, no scratch).
+// kHierarchical (groups spanning hosts, hierarchy.h): reduce-scatter inside each host,
+// all-reduce of each shard among the ranks with its local index (one per host),
+// all-gather inside each host; for small vectors or unequal hosts, reduce to each host's
+// leader, all-reduce among the leaders, broadcast inside each host.
 //
 // Buffers: `send` and `recv` hold `count` elements; send == recv is in place; `send` is
 // never written otherwise. premul_sum scales each rank's own contribution; avg divides

@@ -31,7 +31,7 @@ void all_to_allv(const Ctx& ctx, const void* send, std::span<const size_t> send_
               " sends itself ", send_bytes[r], " bytes but expects ", recv_bytes[r]);
   const size_t largest = std::max(*std::max_element(send_bytes.begin(), send_bytes.end()),
                                   *std::max_element(recv_bytes.begin(), recv_bytes.end()));
-  select_algorithm(Collective::kAllToAll, largest, n, algo);
+  detail::choose(ctx, Collective::kAllToAll, largest, algo);
   const std::vector<size_t> soff = offsets_of(send_bytes);
   const std::vector<size_t> roff = offsets_of(recv_bytes);
   if (send_bytes[r] > 0) {

@@ -1,14 +1,17 @@
-// barrier (barrier.h): dissemination over zero-byte messages.
+// barrier (barrier.h): dissemination over zero-byte messages, hierarchical.
 #include "collectives/barrier.h"
 
+#include <vector>
+
 #include "collectives/detail.h"
+#include "collectives/hierarchy.h"
 
 namespace tdist::coll {
+namespace {
 
-void barrier(const Ctx& ctx, Algorithm algo) {
+void dissemination(const Ctx& ctx) {
   const int n = ctx.comm.size();
   const int r = ctx.comm.rank();
-  select_algorithm(Collective::kBarrier, 0, n, algo);
   detail::RequestQueue sends(ctx);
   uint32_t round = 0;
   for (int dist = 1; dist < n; dist *= 2, ++round) {
@@ -19,6 +22,40 @@ void barrier(const Ctx& ctx, Algorithm algo) {
     recv.wait_all();
   }
   sends.wait_all();
+}
+
+// Hierarchical (hierarchy.h): each host's ranks report to their leader (step 0), the
+// leaders run the dissemination barrier among themselves (phase 1), and each leader
+// releases its host's ranks (step 1).
+void hierarchical(const Ctx& ctx) {
+  const detail::Hosts hosts = detail::Hosts::of(ctx.comm);
+  const std::vector<int>& mine = hosts.mine();
+  const int leader = mine.front();
+  const uint64_t arrive = detail::tag(ctx, 0);
+  const uint64_t release = detail::tag(ctx, 1);
+  detail::RequestQueue q(ctx);
+  if (ctx.comm.rank() != leader) {
+    q.push(ctx.comm.isend(leader, arrive, nullptr, 0));
+    q.push(ctx.comm.irecv(leader, release, nullptr, 0));
+    q.wait_all();
+    return;
+  }
+  for (size_t i = 1; i < mine.size(); ++i) q.push(ctx.comm.irecv(mine[i], arrive, nullptr, 0));
+  q.wait_all();
+  detail::SubComm leaders(ctx.comm, hosts.column(0), 1);
+  dissemination(detail::phase_ctx(ctx, leaders));
+  for (size_t i = 1; i < mine.size(); ++i) q.push(ctx.comm.isend(mine[i], release, nullptr, 0));
+  q.wait_all();
+}
+
+}  // namespace
+
+void barrier(const Ctx& ctx, Algorithm algo) {
+  if (detail::choose(ctx, Collective::kBarrier, 0, algo) == Algorithm::kHierarchical) {
+    hierarchical(ctx);
+  } else {
+    dissemination(ctx);
+  }
 }
 
 }  // namespace tdist::coll

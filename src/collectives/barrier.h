@@ -1,8 +1,10 @@
 // barrier: returns on each rank only after every rank has entered it.
 //
-// Algorithm (selection.h): kDissemination: in round k rank r sends a zero-byte message
+// Algorithms (selection.h): kDissemination: in round k rank r sends a zero-byte message
 // to r+2^k and waits for one from r-2^k; after ceil(log2(n)) rounds every rank has heard,
-// directly or not, from every other. Blocks the calling thread. Failure: throws what the
+// directly or not, from every other. kHierarchical (groups spanning hosts, hierarchy.h):
+// each host's ranks report to their leader, the leaders run the dissemination barrier,
+// each leader releases its host. Blocks the calling thread. Failure: throws what the
 // transport reports (PeerError, TimeoutError at ctx.deadline); the Comm is then aborted.
 #pragma once
 

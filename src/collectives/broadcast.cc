@@ -1,9 +1,11 @@
-// broadcast algorithms (broadcast.h): binomial tree and pipelined chain.
+// broadcast algorithms (broadcast.h): binomial tree, pipelined chain, hierarchical.
 #include "collectives/broadcast.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "collectives/detail.h"
+#include "collectives/hierarchy.h"
 
 namespace tdist::coll {
 namespace {
@@ -42,7 +44,7 @@ void chain(const Ctx& ctx, void* data, size_t bytes, int root) {
   const int vr = mod(ctx.comm.rank() - root, n);
   const int prev = vr > 0 ? mod(ctx.comm.rank() - 1, n) : -1;
   const int next = vr + 1 < n ? mod(ctx.comm.rank() + 1, n) : -1;
-  const size_t chunk = detail::chunk_bytes();
+  const size_t chunk = detail::chunk_bytes(ctx);
   const size_t nch = detail::ceil_div(bytes, chunk);
   const uint64_t t = detail::tag(ctx, 0);
   RequestQueue sends(ctx);
@@ -64,14 +66,30 @@ void chain(const Ctx& ctx, void* data, size_t bytes, int root) {
   sends.wait_all();
 }
 
+// Hierarchical (hierarchy.h): the root broadcasts to one rank per host (the leader, the
+// root itself on its host), then each of those to its host's ranks.
+void hierarchical(const Ctx& ctx, void* data, size_t bytes, int root) {
+  const detail::Hosts hosts = detail::Hosts::of(ctx.comm);
+  const std::vector<int> reps = hosts.representatives(root);
+  const int rep = reps[static_cast<size_t>(hosts.host)];
+  if (rep == ctx.comm.rank()) {
+    detail::SubComm inter(ctx.comm, reps, 1);
+    broadcast(detail::phase_ctx(ctx, inter), data, bytes, hosts.host_of(root));
+  }
+  detail::SubComm intra(ctx.comm, hosts.mine(), 2);
+  broadcast(detail::phase_ctx(ctx, intra), data, bytes, hosts.local_of(rep));
+}
+
 }  // namespace
 
 void broadcast(const Ctx& ctx, void* data, size_t bytes, int root, Algorithm algo) {
   detail::check_root(ctx, "broadcast", root);
   const int n = ctx.comm.size();
-  const Algorithm chosen = select_algorithm(Collective::kBroadcast, bytes, n, algo);
+  const Algorithm chosen = detail::choose(ctx, Collective::kBroadcast, bytes, algo);
   if (n == 1 || bytes == 0) return;
-  if (chosen == Algorithm::kChain) {
+  if (chosen == Algorithm::kHierarchical) {
+    hierarchical(ctx, data, bytes, root);
+  } else if (chosen == Algorithm::kChain) {
     chain(ctx, data, bytes, root);
   } else {
     binomial(ctx, data, bytes, root);

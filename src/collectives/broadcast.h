@@ -2,7 +2,9 @@
 //
 // Algorithms (selection.h): kBinomial (log2(n) rounds of the whole buffer; small
 // messages) and kChain (root -> root+1 -> ... in chunks, each rank forwarding a chunk as
-// soon as it has it; large messages: every link carries the data once). No scratch.
+// soon as it has it; large messages: every link carries the data once), kHierarchical
+// (groups spanning hosts, hierarchy.h: root to one rank per host, then inside each host;
+// the data crosses to each other host once). No scratch.
 //
 // Blocks the calling thread until done. Failure: throws what the transport reports
 // (PeerError, TimeoutError at ctx.deadline, DesyncError); the Comm is then aborted.

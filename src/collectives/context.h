@@ -2,14 +2,17 @@
 // owns the Comm and numbers the operations). Shared by all collective families.
 //
 // comm      the transport-neutral group (transport/comm.h); the algorithm only posts
-//           isend/irecv on it and waits
+//           isend/irecv on it and waits; its topology() steers selection (selection.h)
 // seq       the group's operation number: every message of this operation uses
 //           transport::collective_tag(seq, step)
 // deadline  when the operation must be done; waits throw TimeoutError after it
+// settings  TDIST_ALGO and TDIST_CHUNK_BYTES, parsed once (settings.h): a group passes
+//           its own; left out, the process-wide parse (InvalidArgument from a bad value)
 #pragma once
 
 #include <cstdint>
 
+#include "collectives/settings.h"
 #include "tdist/deadline.h"
 #include "transport/comm.h"
 
@@ -19,6 +22,7 @@ struct Ctx {
   transport::Comm& comm;
   uint64_t seq;
   Deadline deadline;
+  CollectiveSettings settings = CollectiveSettings::process_default();
 };
 
 }  // namespace tdist::coll

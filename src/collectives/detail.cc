@@ -7,7 +7,6 @@
 
 #include "core/reduce_kernels.h"
 #include "tdist/error.h"
-#include "tdist/settings.h"
 
 namespace tdist::coll::detail {
 namespace {
@@ -19,14 +18,6 @@ struct ScratchStats {
 thread_local ScratchStats g_scratch;
 
 }  // namespace
-
-size_t chunk_bytes() {
-  const int64_t v = setting_int("TDIST_CHUNK_BYTES");
-  TDIST_CHECK(v > 0, InvalidArgument, "TDIST_CHUNK_BYTES must be positive, found ", v);
-  return static_cast<size_t>(v);
-}
-
-size_t chunk_elems(size_t esize) { return std::max<size_t>(1, chunk_bytes() / esize); }
 
 RequestQueue::~RequestQueue() {
   if (!queue_.empty() && ctx_.comm.error() == nullptr) {
@@ -72,7 +63,7 @@ void reset_scratch_peak() { g_scratch.peak = g_scratch.live; }
 void exchange_reduce(const Ctx& ctx, int peer, uint32_t step, const void* send, size_t send_count,
                      void* dst, size_t recv_count, DType dtype, ReduceOp op) {
   const size_t es = dtype_size(dtype);
-  const size_t ce = chunk_elems(es);
+  const size_t ce = chunk_elems(ctx, es);
   const bool same = send == dst;
   const uint64_t t = tag(ctx, step);
   RequestQueue sends(ctx);

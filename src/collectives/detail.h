@@ -17,12 +17,14 @@
 // Thread-safety: every object here belongs to one collective call on one thread.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
 
 #include "collectives/context.h"
+#include "collectives/selection.h"
 #include "tdist/dtype.h"
 #include "tdist/reduce_op.h"
 #include "transport/comm.h"
@@ -32,10 +34,18 @@ namespace tdist::coll::detail {
 // Chunks in flight per pipeline (receive slots of scratch).
 inline constexpr size_t kPipelineDepth = 4;
 
-// The pipeline chunk size in bytes (TDIST_CHUNK_BYTES, at least 1).
-size_t chunk_bytes();
+// The pipeline chunk size in bytes (ctx.settings: TDIST_CHUNK_BYTES, at least 1).
+inline size_t chunk_bytes(const Ctx& ctx) { return ctx.settings.chunk_bytes; }
 // Elements of `esize` bytes per chunk (at least 1).
-size_t chunk_elems(size_t esize);
+inline size_t chunk_elems(const Ctx& ctx, size_t esize) {
+  return std::max<size_t>(1, chunk_bytes(ctx) / esize);
+}
+
+// select_algorithm() for this Ctx: its world, its Comm's number of hosts, its settings.
+inline Algorithm choose(const Ctx& ctx, Collective c, size_t bytes, Algorithm requested) {
+  return select_algorithm(c, bytes, ctx.comm.size(), ctx.comm.topology().num_hosts(), requested,
+                          ctx.settings.forced(c));
+}
 
 constexpr size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
 constexpr int mod(int64_t a, int n) { return static_cast<int>(((a % n) + n) % n); }

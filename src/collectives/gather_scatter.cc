@@ -11,7 +11,7 @@ void gather(const Ctx& ctx, const void* send, void* recv, size_t bytes, int root
   detail::check_root(ctx, "gather", root);
   const int n = ctx.comm.size();
   const int r = ctx.comm.rank();
-  select_algorithm(Collective::kGather, bytes, n, algo);
+  detail::choose(ctx, Collective::kGather, bytes, algo);
   if (bytes == 0) return;
   const uint64_t t = detail::tag(ctx, 0);
   detail::RequestQueue q(ctx);
@@ -31,7 +31,7 @@ void scatter(const Ctx& ctx, const void* send, void* recv, size_t bytes, int roo
   detail::check_root(ctx, "scatter", root);
   const int n = ctx.comm.size();
   const int r = ctx.comm.rank();
-  select_algorithm(Collective::kScatter, bytes, n, algo);
+  detail::choose(ctx, Collective::kScatter, bytes, algo);
   if (bytes == 0) return;
   const uint64_t t = detail::tag(ctx, 0);
   detail::RequestQueue q(ctx);

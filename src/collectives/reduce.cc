@@ -1,11 +1,13 @@
-// reduce algorithms (reduce.h): binomial tree and pipelined chain.
+// reduce algorithms (reduce.h): binomial tree, pipelined chain, hierarchical.
 #include "collectives/reduce.h"
 
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <vector>
 
 #include "collectives/detail.h"
+#include "collectives/hierarchy.h"
 #include "core/reduce_kernels.h"
 #include "tdist/error.h"
 
@@ -62,7 +64,7 @@ void chain(const Ctx& ctx, const Args& a) {
   const int from = vr + 1 < n ? mod(r + 1, n) : -1;
   const int to = vr > 0 ? mod(r - 1, n) : -1;
   const size_t es = dtype_size(a.dtype);
-  const size_t ce = detail::chunk_elems(es);
+  const size_t ce = detail::chunk_elems(ctx, es);
   const size_t slot = std::min(ce, a.count) * es;
   const size_t nch = detail::ceil_div(a.count, ce);
   const bool premul = a.op.kind == ReduceOpKind::kPremulSum;
@@ -107,6 +109,30 @@ void chain(const Ctx& ctx, const Args& a) {
   sends.wait_all();
 }
 
+// Hierarchical (hierarchy.h): each host reduces to one of its ranks (the leader, the
+// root itself on its host), then those reduce to the root. Scratch: a full-size partial
+// on the leaders other than the root.
+void hierarchical(const Ctx& ctx, const Args& a) {
+  const detail::Hosts hosts = detail::Hosts::of(ctx.comm);
+  const std::vector<int> reps = hosts.representatives(a.root);
+  const int r = ctx.comm.rank();
+  const bool is_rep = reps[static_cast<size_t>(hosts.host)] == r;
+  std::optional<detail::Scratch> own;
+  void* acc = a.recv;
+  if (is_rep && r != a.root) {
+    own.emplace(a.count * dtype_size(a.dtype));
+    acc = own->data();
+  }
+  detail::SubComm intra(ctx.comm, hosts.mine(), 1);
+  reduce(detail::phase_ctx(ctx, intra), a.send, is_rep ? acc : nullptr, a.count, a.dtype,
+         detail::first_phase_op(a.op), hosts.local_of(reps[static_cast<size_t>(hosts.host)]));
+  if (!is_rep) return;
+  detail::SubComm inter(ctx.comm, reps, 2);
+  reduce(detail::phase_ctx(ctx, inter), acc, r == a.root ? acc : nullptr, a.count, a.dtype,
+         detail::later_phase_op(a.op), hosts.host_of(a.root));
+  if (r == a.root) core::finish(a.recv, a.count, a.dtype, a.op, ctx.comm.size());
+}
+
 }  // namespace
 
 void reduce(const Ctx& ctx, const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
@@ -115,7 +141,7 @@ void reduce(const Ctx& ctx, const void* send, void* recv, size_t count, DType dt
   detail::check_root(ctx, "reduce", root);
   const int n = ctx.comm.size();
   const Algorithm chosen =
-      select_algorithm(Collective::kReduce, count * dtype_size(dtype), n, algo);
+      detail::choose(ctx, Collective::kReduce, count * dtype_size(dtype), algo);
   TDIST_CHECK(ctx.comm.rank() != root || recv != nullptr || count == 0, InvalidArgument,
               "reduce: the root needs a receive buffer");
   if (count == 0) return;
@@ -123,6 +149,8 @@ void reduce(const Ctx& ctx, const void* send, void* recv, size_t count, DType dt
   if (n == 1) {
     detail::prepare_local(send, recv, count, dtype, op);
     core::finish(recv, count, dtype, op, 1);
+  } else if (chosen == Algorithm::kHierarchical) {
+    hierarchical(ctx, a);
   } else if (chosen == Algorithm::kChain) {
     chain(ctx, a);
   } else {

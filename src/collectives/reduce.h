@@ -2,9 +2,11 @@
 //
 // Algorithms (selection.h): kBinomial (log2(n) rounds, each non-leaf folding its
 // children's partial vectors into its own; a non-root keeps a full-size partial in
-// scratch, so it serves small vectors) and kChain (vr n-1 -> ... -> root in chunks, each
+// scratch, so it serves small vectors), kChain (vr n-1 -> ... -> root in chunks, each
 // rank folding its own chunk into the one passing through; scratch is 2 *
-// kPipelineDepth chunks whatever the size).
+// kPipelineDepth chunks whatever the size) and kHierarchical (groups spanning hosts,
+// hierarchy.h: each host reduces to one rank (its leader, or the root), those reduce to
+// the root; a full-size partial in scratch on the leaders).
 //
 // Buffers: `send` holds `count` elements on every rank and is never written (unless
 // send == recv on the root: in place); `recv` (count elements) is used on the root only

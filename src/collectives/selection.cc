@@ -1,4 +1,17 @@
-// Algorithm selection (selection.h): TDIST_ALGO parsing and the size thresholds.
+// Algorithm selection (selection.h): the topology rule and the size thresholds.
+//
+// Groups spanning hosts (1 < num_hosts < world) run the hierarchical algorithms at every
+// size. Large messages gain because only 1/L of the vector per rank (all_reduce) or one
+// copy per host (broadcast, reduce, the gathers) crosses the network, on all of a host's
+// links at once. Small messages were considered for flat algorithms: flat recursive
+// doubling or a binomial tree has as few inter-host rounds as the hierarchical form only
+// when a host's ranks are consecutive and a power of two, and otherwise up to log2(world)
+// rounds on TCP; the hierarchical form always has the minimum, ceil(log2(num_hosts)),
+// and pays for it with ~2 log2(ranks per host) intra-host rounds over shared memory,
+// each an order of magnitude cheaper than a ~15 us TCP round. So the hierarchical form
+// is never much worse and often much better; below kHierarchicalShards all_reduce uses
+// its latency form (all_reduce.cc). With one rank per host (num_hosts == world) there
+// is no intra-host phase and the flat algorithms are chosen as for one host.
 //
 // Thresholds (bytes of the per-rank vector), measured with tests/collectives/algo_sweep
 // over the TCP transport between processes on a 2-core machine (2 and 3 ranks), and for
@@ -17,11 +30,9 @@
 //              copy on the non-roots).
 #include "collectives/selection.h"
 
-#include <array>
 #include <string>
 
 #include "tdist/error.h"
-#include "tdist/settings.h"
 
 namespace tdist::coll {
 namespace {
@@ -32,18 +43,14 @@ constexpr size_t kAllReduceLarge = 1024 * 1024;
 constexpr size_t kBroadcastTree = 64 * 1024;
 constexpr size_t kReduceTree = 256 * 1024;
 
-constexpr auto kCollectives = std::to_array<Collective>(
-    {Collective::kAllReduce, Collective::kBroadcast, Collective::kReduce, Collective::kAllGather,
-     Collective::kGather, Collective::kScatter, Collective::kReduceScatter, Collective::kAllToAll,
-     Collective::kBarrier});
-
 constexpr Algorithm kAllReduceAlgos[] = {Algorithm::kRing, Algorithm::kHalvingDoubling,
-                                         Algorithm::kRecursiveDoubling};
-constexpr Algorithm kTreeAlgos[] = {Algorithm::kBinomial, Algorithm::kChain};
-constexpr Algorithm kRingAlgos[] = {Algorithm::kRing};
+                                         Algorithm::kRecursiveDoubling, Algorithm::kHierarchical};
+constexpr Algorithm kTreeAlgos[] = {Algorithm::kBinomial, Algorithm::kChain,
+                                    Algorithm::kHierarchical};
+constexpr Algorithm kRingAlgos[] = {Algorithm::kRing, Algorithm::kHierarchical};
 constexpr Algorithm kLinearAlgos[] = {Algorithm::kLinear};
 constexpr Algorithm kPairwiseAlgos[] = {Algorithm::kPairwise};
-constexpr Algorithm kBarrierAlgos[] = {Algorithm::kDissemination};
+constexpr Algorithm kBarrierAlgos[] = {Algorithm::kDissemination, Algorithm::kHierarchical};
 
 std::string join_names(std::span<const Algorithm> algos) {
   std::string out;
@@ -54,54 +61,11 @@ std::string join_names(std::span<const Algorithm> algos) {
   return out;
 }
 
-std::string collective_names() {
-  std::string out;
-  for (Collective c : kCollectives) {
-    if (!out.empty()) out += ", ";
-    out += collective_name(c);
-  }
-  return out;
-}
-
-Algorithm parse_for(Collective c, std::string_view name) {
+bool has_hierarchical(Collective c) {
   for (Algorithm a : algorithms_for(c)) {
-    if (algorithm_name(a) == name) return a;
+    if (a == Algorithm::kHierarchical) return true;
   }
-  TDIST_THROW(InvalidArgument, "TDIST_ALGO: '", name, "' is not an algorithm for ",
-              collective_name(c), "; valid: ", join_names(algorithms_for(c)));
-}
-
-// The algorithm TDIST_ALGO forces for `c`, or kAuto. Validates the whole value.
-Algorithm forced_by_env(Collective c) {
-  const std::string value = setting_string("TDIST_ALGO");
-  Algorithm forced = Algorithm::kAuto;
-  std::string_view rest = value;
-  while (!rest.empty()) {
-    const size_t comma = rest.find(',');
-    std::string_view item = rest.substr(0, comma);
-    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    if (item.empty() || item == "auto") continue;
-    const size_t eq = item.find('=');
-    Collective target = Collective::kAllReduce;
-    std::string_view algo = item;
-    if (eq != std::string_view::npos) {
-      const std::string_view coll_name = item.substr(0, eq);
-      algo = item.substr(eq + 1);
-      bool found = false;
-      for (Collective k : kCollectives) {
-        if (collective_name(k) == coll_name) {
-          target = k;
-          found = true;
-        }
-      }
-      TDIST_CHECK(found, InvalidArgument, "TDIST_ALGO: '", coll_name,
-                  "' is not a collective; valid: ", collective_names());
-    }
-    if (algo == "auto") continue;
-    const Algorithm parsed = parse_for(target, algo);
-    if (target == c) forced = parsed;
-  }
-  return forced;
+  return false;
 }
 
 Algorithm by_size(Collective c, size_t bytes, int world) {
@@ -166,6 +130,8 @@ std::string_view algorithm_name(Algorithm a) {
       return "pairwise";
     case Algorithm::kDissemination:
       return "dissemination";
+    case Algorithm::kHierarchical:
+      return "hierarchical";
   }
   return "?";
 }
@@ -191,7 +157,8 @@ std::span<const Algorithm> algorithms_for(Collective c) {
   return {};
 }
 
-Algorithm select_algorithm(Collective c, size_t bytes, int world, Algorithm requested) {
+Algorithm select_algorithm(Collective c, size_t bytes, int world, int num_hosts,
+                           Algorithm requested, Algorithm forced) {
   if (requested != Algorithm::kAuto) {
     for (Algorithm a : algorithms_for(c)) {
       if (a == requested) return a;
@@ -199,8 +166,8 @@ Algorithm select_algorithm(Collective c, size_t bytes, int world, Algorithm requ
     TDIST_THROW(InvalidArgument, collective_name(c), " cannot run algorithm ",
                 algorithm_name(requested), "; valid: ", join_names(algorithms_for(c)));
   }
-  const Algorithm forced = forced_by_env(c);
   if (forced != Algorithm::kAuto) return forced;
+  if (num_hosts > 1 && num_hosts < world && has_hierarchical(c)) return Algorithm::kHierarchical;
   return by_size(c, bytes, world);
 }
 

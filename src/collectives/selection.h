@@ -1,12 +1,18 @@
-// Algorithm selection: which algorithm a collective runs, by message size and world size.
+// Algorithm selection: which algorithm a collective runs, by topology, message size and
+// world size.
 //
 // Every collective takes an Algorithm; kAuto (the default) asks select_algorithm(), which
-// honours TDIST_ALGO first and otherwise applies the measured thresholds in selection.cc.
-// TDIST_ALGO forces algorithms for tests and tuning: "all_reduce=ring,broadcast=chain",
-// or a bare name ("ring"), which applies to all_reduce. An unknown collective or
-// algorithm name, or an algorithm that cannot run the collective, is InvalidArgument
-// naming the valid choices. Pure functions of their arguments and the environment;
-// thread-safe.
+// honours what TDIST_ALGO forces first (parsed once, settings.h: "all_reduce=ring,
+// broadcast=chain", or a bare name such as "ring", which applies to all_reduce) and
+// otherwise decides by topology and size:
+//  - a group spanning hosts (1 < num_hosts < world; Comm::topology()) runs kHierarchical
+//    for all_reduce, broadcast, reduce, all_gather, reduce_scatter and barrier, whatever
+//    the size (selection.cc says why);
+//  - otherwise, and for the other collectives, a flat algorithm by the measured size
+//    thresholds in selection.cc.
+// kHierarchical forced on one host degenerates correctly (one intra-host phase). An
+// algorithm that cannot run the collective is InvalidArgument naming the valid choices.
+// Pure functions of their arguments; thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -28,6 +34,12 @@ enum class Collective : uint8_t {
   kBarrier,
 };
 
+inline constexpr size_t kNumCollectives = 9;
+inline constexpr Collective kAllCollectives[kNumCollectives] = {
+    Collective::kAllReduce,     Collective::kBroadcast, Collective::kReduce,
+    Collective::kAllGather,     Collective::kGather,    Collective::kScatter,
+    Collective::kReduceScatter, Collective::kAllToAll,  Collective::kBarrier};
+
 enum class Algorithm : uint8_t {
   kAuto,
   kRing,               // all_reduce, all_gather, reduce_scatter: pipelined ring
@@ -38,6 +50,8 @@ enum class Algorithm : uint8_t {
   kLinear,             // gather, scatter: root talks to every rank
   kPairwise,           // all_to_all: pairwise exchange
   kDissemination,      // barrier
+  kHierarchical,       // all_reduce, broadcast, reduce, all_gather, reduce_scatter, barrier:
+                       // phases inside each host and between hosts (hierarchy.h)
 };
 
 // "all_reduce", "broadcast", ... and "auto", "ring", "halving_doubling", ...
@@ -49,9 +63,12 @@ std::span<const Algorithm> algorithms_for(Collective c);
 
 // The algorithm to run `c` on `bytes` (the per-rank message: the whole vector for
 // all_reduce, broadcast and reduce; the largest block for the gathers and scatters)
-// among `world` ranks. A `requested` algorithm other than kAuto wins (InvalidArgument
-// when it cannot run `c`); then TDIST_ALGO; then the thresholds.
-Algorithm select_algorithm(Collective c, size_t bytes, int world,
-                           Algorithm requested = Algorithm::kAuto);
+// among `world` ranks on `num_hosts` hosts (Topology::num_hosts(): 1 when unknown). A
+// `requested` algorithm other than kAuto wins (InvalidArgument when it cannot run `c`);
+// then `forced` (what TDIST_ALGO forces for `c`: CollectiveSettings::forced(c)); then the
+// topology and the thresholds.
+Algorithm select_algorithm(Collective c, size_t bytes, int world, int num_hosts,
+                           Algorithm requested = Algorithm::kAuto,
+                           Algorithm forced = Algorithm::kAuto);
 
 }  // namespace tdist::coll

@@ -60,6 +60,7 @@ void run_rank(int rank, int world, const std::string& path, size_t max_bytes) {
        {coll::Collective::kAllReduce, coll::Collective::kBroadcast, coll::Collective::kReduce}) {
     for (size_t bytes = 4; bytes <= max_bytes; bytes *= 4) {
       for (coll::Algorithm a : coll::algorithms_for(c)) {
+        if (a == coll::Algorithm::kHierarchical) continue;  // one host here: not a choice
         const double us = median_us(c, a, *comm, seq, bytes);
         if (rank == 0) {
           std::printf("%-10s %-18s %10zu B %10.1f us %8.3f GB/s\n",

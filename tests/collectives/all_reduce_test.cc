@@ -22,7 +22,6 @@ using testing::compare;
 using testing::make_input;
 using testing::reference_reduce;
 using testing::run_ranks_ok;
-using testing::ScopedEnv;
 
 constexpr Algorithm kAlgos[] = {Algorithm::kRing, Algorithm::kHalvingDoubling,
                                 Algorithm::kRecursiveDoubling};
@@ -35,7 +34,7 @@ class AllReduceTest : public ::testing::TestWithParam<std::tuple<Algorithm, int>
 // pipelines run many chunks and wrap their scratch slots.
 TEST_P(AllReduceTest, EveryDtypeOpAndCount) {
   const auto [algo, world] = GetParam();
-  ScopedEnv chunk("TDIST_CHUNK_BYTES", "64");
+  const coll::CollectiveSettings settings = testing::chunk_settings(64);
   run_ranks_ok(world, [&, algo = algo, world = world](transport::Comm& comm) {
     uint64_t seq = 0;
     for (DType dtype : kAllDTypes) {
@@ -49,7 +48,7 @@ TEST_P(AllReduceTest, EveryDtypeOpAndCount) {
           const bool in_place = (seq % 2) == 0;
           std::vector<uint8_t> send = input;
           std::vector<uint8_t> recv(input.size(), 0xCD);
-          Ctx ctx{comm, seq++, op_deadline()};
+          Ctx ctx{comm, seq++, op_deadline(), settings};
           if (in_place) {
             all_reduce(ctx, send.data(), send.data(), count, dtype, op, algo);
             recv = send;
@@ -103,11 +102,11 @@ TEST_P(AllReduceTest, RandomFloatsWithinTolerance) {
     for (size_t i = 0; i < count; ++i) want[i] += value(r, i);
   }
   std::vector<std::vector<double>> results(static_cast<size_t>(world));
-  ScopedEnv chunk("TDIST_CHUNK_BYTES", "1000");
+  const coll::CollectiveSettings settings = testing::chunk_settings(1000);
   run_ranks_ok(world, [&, algo = algo](transport::Comm& comm) {
     std::vector<double> data(count);
     for (size_t i = 0; i < count; ++i) data[i] = value(comm.rank(), i);
-    all_reduce(Ctx{comm, 1, op_deadline()}, data.data(), data.data(), count, DType::kF64,
+    all_reduce(Ctx{comm, 1, op_deadline(), settings}, data.data(), data.data(), count, DType::kF64,
                ReduceOpKind::kSum, algo);
     results[static_cast<size_t>(comm.rank())] = std::move(data);
   });
@@ -134,15 +133,15 @@ INSTANTIATE_TEST_SUITE_P(AlgosAndWorlds, AllReduceLargeTest,
 
 // The ring's scratch is a few chunks whatever the vector and world size.
 TEST(AllReduceMemory, RingScratchIsBoundedByChunks) {
-  ScopedEnv chunk("TDIST_CHUNK_BYTES", "4096");
+  const coll::CollectiveSettings settings = testing::chunk_settings(4096);
   for (int world : {2, 3, 8}) {
     for (size_t count : {size_t{1000}, size_t{1} << 18, size_t{1} << 20}) {
       std::vector<size_t> peaks(static_cast<size_t>(world));
       run_ranks_ok(world, [&](transport::Comm& comm) {
         std::vector<float> data(count, 1.0f);
         detail::reset_scratch_peak();
-        all_reduce(Ctx{comm, 0, op_deadline()}, data.data(), data.data(), count, DType::kF32,
-                   ReduceOpKind::kSum, Algorithm::kRing);
+        all_reduce(Ctx{comm, 0, op_deadline(), settings}, data.data(), data.data(), count,
+                   DType::kF32, ReduceOpKind::kSum, Algorithm::kRing);
         peaks[static_cast<size_t>(comm.rank())] = detail::scratch_peak_bytes();
         EXPECT_EQ(data[count / 2], static_cast<float>(world));
       });
@@ -155,15 +154,15 @@ TEST(AllReduceMemory, RingScratchIsBoundedByChunks) {
 
 // Halving-doubling and recursive doubling pipeline through the same bounded scratch.
 TEST(AllReduceMemory, OtherAlgorithmsScratchIsBoundedByChunks) {
-  ScopedEnv chunk("TDIST_CHUNK_BYTES", "4096");
+  const coll::CollectiveSettings settings = testing::chunk_settings(4096);
   for (Algorithm algo : {Algorithm::kHalvingDoubling, Algorithm::kRecursiveDoubling}) {
     for (int world : {2, 5, 8}) {
       const size_t count = size_t{1} << 19;
       run_ranks_ok(world, [&](transport::Comm& comm) {
         std::vector<float> data(count, 2.0f);
         detail::reset_scratch_peak();
-        all_reduce(Ctx{comm, 0, op_deadline()}, data.data(), data.data(), count, DType::kF32,
-                   ReduceOpKind::kSum, algo);
+        all_reduce(Ctx{comm, 0, op_deadline(), settings}, data.data(), data.data(), count,
+                   DType::kF32, ReduceOpKind::kSum, algo);
         EXPECT_LE(detail::scratch_peak_bytes(), detail::kPipelineDepth * 4096);
         EXPECT_EQ(data[count - 1], 2.0f * world);
       });

@@ -1,7 +1,8 @@
 // Test helpers for the collectives: deterministic per-rank inputs, a reference
 // reduction computed another way (tests/core/reduce_reference.h, independent of
 // src/core: a direct fold in rank order), comparison with a tolerance for floating
-// results whose association order differs, and a scoped environment variable.
+// results whose association order differs, settings with a given chunk size (passed in
+// the Ctx instead of setting TDIST_CHUNK_BYTES), and a scoped environment variable.
 // Test-only.
 #pragma once
 
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/settings.h"
 #include "core/reduce_reference.h"
 #include "tdist/dtype.h"
 #include "tdist/reduce_op.h"
@@ -42,6 +44,11 @@ class ScopedEnv {
   const char* name_;
   std::optional<std::string> old_;
 };
+
+// Collective settings with nothing forced and a pipeline chunk of `bytes`.
+inline coll::CollectiveSettings chunk_settings(int64_t bytes) {
+  return coll::CollectiveSettings::parse("", bytes);
+}
 
 // Small values whose sums and products are exact in every dtype (so min/max/prod and
 // integer results can be compared exactly), varied by rank, element and op.

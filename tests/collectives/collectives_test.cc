@@ -22,7 +22,6 @@ using testing::make_input;
 using testing::reference_reduce;
 using testing::run_ranks;
 using testing::run_ranks_ok;
-using testing::ScopedEnv;
 
 Deadline op_deadline() { return Deadline::after(std::chrono::seconds(60)); }
 
@@ -43,7 +42,7 @@ std::string world_name(const ::testing::TestParamInfo<int>& p) {
 
 TEST_P(WorldTest, Broadcast) {
   const int world = GetParam();
-  ScopedEnv chunk("TDIST_CHUNK_BYTES", "100");
+  const coll::CollectiveSettings settings = testing::chunk_settings(100);
   run_ranks_ok(world, [&](transport::Comm& comm) {
     uint64_t seq = 0;
     for (Algorithm algo : algorithms_for(Collective::kBroadcast)) {
@@ -51,7 +50,7 @@ TEST_P(WorldTest, Broadcast) {
         for (int root = 0; root < world; ++root) {
           std::vector<uint8_t> data =
               comm.rank() == root ? pattern(root, bytes) : std::vector<uint8_t>(bytes, 0);
-          broadcast(Ctx{comm, seq++, op_deadline()}, data.data(), bytes, root, algo);
+          broadcast(Ctx{comm, seq++, op_deadline(), settings}, data.data(), bytes, root, algo);
           ASSERT_EQ(data, pattern(root, bytes))
               << algorithm_name(algo) << " bytes " << bytes << " root " << root;
         }
@@ -62,7 +61,7 @@ TEST_P(WorldTest, Broadcast) {
 
 TEST_P(WorldTest, Reduce) {
   const int world = GetParam();
-  ScopedEnv chunk("TDIST_CHUNK_BYTES", "64");
+  const coll::CollectiveSettings settings = testing::chunk_settings(64);
   run_ranks_ok(world, [&](transport::Comm& comm) {
     uint64_t seq = 0;
     for (Algorithm algo : algorithms_for(Collective::kReduce)) {
@@ -75,7 +74,8 @@ TEST_P(WorldTest, Reduce) {
             std::vector<uint8_t> recv(input.size(), 0xAB);
             const bool in_place = comm.rank() == root && seq % 3 == 0;
             void* out = comm.rank() == root ? (in_place ? send.data() : recv.data()) : nullptr;
-            reduce(Ctx{comm, seq++, op_deadline()}, send.data(), out, count, dtype, op, root, algo);
+            reduce(Ctx{comm, seq++, op_deadline(), settings}, send.data(), out, count, dtype, op,
+                   root, algo);
             const std::string what = std::string(algorithm_name(algo)) + " " +
                                      std::string(dtype_name(dtype)) + " " +
                                      std::string(reduce_op_name(op.kind)) + " count " +
@@ -99,7 +99,7 @@ TEST_P(WorldTest, Reduce) {
 
 TEST_P(WorldTest, ReduceScatter) {
   const int world = GetParam();
-  ScopedEnv chunk("TDIST_CHUNK_BYTES", "64");
+  const coll::CollectiveSettings settings = testing::chunk_settings(64);
   run_ranks_ok(world, [&](transport::Comm& comm) {
     uint64_t seq = 0;
     for (DType dtype : kAllDTypes) {
@@ -113,7 +113,8 @@ TEST_P(WorldTest, ReduceScatter) {
           std::vector<uint8_t> recv(count * es, 0xEE);
           const bool in_place = seq % 2 == 1;
           uint8_t* out = in_place ? send.data() + comm.rank() * count * es : recv.data();
-          reduce_scatter(Ctx{comm, seq++, op_deadline()}, send.data(), out, count, dtype, op);
+          reduce_scatter(Ctx{comm, seq++, op_deadline(), settings}, send.data(), out, count, dtype,
+                         op);
           const std::string what = std::string(dtype_name(dtype)) + " " +
                                    std::string(reduce_op_name(op.kind)) + " count " +
                                    std::to_string(count);
@@ -130,7 +131,7 @@ TEST_P(WorldTest, ReduceScatter) {
 
 TEST_P(WorldTest, AllGatherEqualAndVariableSizes) {
   const int world = GetParam();
-  ScopedEnv chunk("TDIST_CHUNK_BYTES", "50");
+  const coll::CollectiveSettings settings = testing::chunk_settings(50);
   run_ranks_ok(world, [&](transport::Comm& comm) {
     uint64_t seq = 0;
     std::vector<std::vector<size_t>> layouts;
@@ -150,7 +151,7 @@ TEST_P(WorldTest, AllGatherEqualAndVariableSizes) {
         std::vector<uint8_t> recv(total, 0);
         std::vector<uint8_t> send = mine;
         if (in_place) std::copy(mine.begin(), mine.end(), recv.begin() + own_offset);
-        all_gatherv(Ctx{comm, seq++, op_deadline()},
+        all_gatherv(Ctx{comm, seq++, op_deadline(), settings},
                     in_place ? recv.data() + own_offset : send.data(), recv.data(), sizes);
         std::vector<uint8_t> want;
         for (int i = 0; i < world; ++i) {

@@ -1,0 +1,40 @@
+// CollectiveSettings: the environment settings of the collectives (TDIST_ALGO,
+// TDIST_CHUNK_BYTES), parsed once and carried in every Ctx, so that no collective reads
+// or parses the environment.
+//
+// A group parses them once (from_environment()) and puts them in each Ctx it builds; a
+// Ctx built without them gets process_default(): the environment as it was at the first
+// collective of the process. Tests pass settings explicitly (parse()) instead of setenv.
+// Parsing validates the whole TDIST_ALGO value: an unknown collective or algorithm name,
+// or an algorithm that cannot run the collective, is InvalidArgument naming the valid
+// choices; a chunk size below 1 is InvalidArgument. Plain value; thread-safe to read.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "collectives/selection.h"
+
+namespace tdist::coll {
+
+struct CollectiveSettings {
+  // What TDIST_ALGO forces, by Collective (kAuto: nothing forced).
+  std::array<Algorithm, kNumCollectives> forced_algorithms{};
+  // The pipeline chunk size in bytes (TDIST_CHUNK_BYTES' declared default until parsed).
+  size_t chunk_bytes = size_t{256} * 1024;
+
+  Algorithm forced(Collective c) const { return forced_algorithms[static_cast<size_t>(c)]; }
+
+  // From a TDIST_ALGO value ("all_reduce=ring,broadcast=chain", a bare all_reduce
+  // algorithm, "" or "auto") and a chunk size.
+  static CollectiveSettings parse(std::string_view algo, int64_t chunk_bytes);
+  // From the environment, now.
+  static CollectiveSettings from_environment();
+  // from_environment() of the first call in the process, kept (a failed parse is
+  // retried, and thrown again, by the next call).
+  static const CollectiveSettings& process_default();
+};
+
+}  // namespace tdist::coll
