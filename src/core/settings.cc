@@ -23,7 +23,8 @@ constexpr auto kSettings = std::to_array<Setting>({
      "key prefix of this round in TDIST_AGENT_STORE; empty = /worker/attempt_<restart count>"},
     {"TDIST_ALGO", "",
      "force collective algorithms: 'all_reduce=ring,broadcast=chain' or a bare all_reduce "
-     "algorithm ('ring', 'halving_doubling', 'recursive_doubling'); empty = by size"},
+     "algorithm ('ring', 'halving_doubling', 'recursive_doubling', 'hierarchical'); empty = "
+     "by size and topology"},
     {"TDIST_CHANNELS", "shm,tcp",
      "kinds of channel the auto backend may use, in order of preference: each peer gets the "
      "first that can reach it (shm: same host; tcp: any)"},

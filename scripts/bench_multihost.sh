@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# all_reduce across "hosts" made of network namespaces (tests/launcher/netns.sh): HOSTS
+# hosts x RANKS ranks each, one tdistrun agent per host, tdist-bench in every rank, once
+# with the `auto` backend (shared memory inside a host, TCP between hosts, hierarchical
+# algorithms) and once with `tcp` (flat TCP between every pair), side by side.
+# Needs root and a build (scripts/build.sh). Usage:
+#   bash scripts/bench_multihost.sh [HOSTS] [RANKS] [MIN_BYTES] [MAX_BYTES] [ITERS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+hosts=${1:-2}
+ranks=${2:-2}
+min=${3:-64K}
+max=${4:-64M}
+iters=${5:-20}
+build=${BUILD:-build}
+netns=tests/launcher/netns.sh
+tdistrun=$(realpath "$build/tools/tdistrun")
+bench=$(realpath "$build/tools/tdist-bench")
+"$netns" check
+prefix="tdbm$$"
+trap '"$netns" teardown "$prefix" >/dev/null 2>&1 || true' EXIT
+"$netns" setup "$prefix" "$hosts"
+master=$("$netns" addr "$prefix" 0)
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+for backend in auto tcp; do
+  echo "## $backend, $hosts hosts x $ranks ranks"
+  pids=()
+  for ((i = 0; i < hosts; i++)); do
+    out=/dev/null
+    ((i == 0)) && out=/dev/stdout
+    timeout 600 "$netns" exec "$prefix" "$i" "$tdistrun" --nnodes "$hosts" --node-rank "$i" \
+      --nproc-per-node "$ranks" --rdzv-endpoint "$master:29400" --rdzv-id "bench-$backend" \
+      --rdzv-timeout 60 --no-python "$bench" --backend "$backend" --coll all_reduce \
+      -b "$min" -e "$max" -f 4 -n "$iters" -w 5 -c 1 >"$out" &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid"; done
+done
