@@ -12,6 +12,8 @@
 //    is recv + rank * count). Counts of 0 are allowed and complete at once.
 //  - Invalid arguments (root, rank or peer out of range, null buffers with a non-zero
 //    count, unsupported op for the dtype) raise InvalidArgument before anything is sent.
+//    This class checks them, with one set of texts for every backend, before it calls
+//    the backend.
 //  - A dead peer or broken connection aborts the group: every pending and later
 //    operation fails with PeerError on every rank, within seconds. An aborted group
 //    must be recreated. abort() does the same on purpose.
@@ -25,12 +27,15 @@
 // Thread-safety: all methods may be called from any thread; operations issued from
 // several threads are ordered by the time each call entered the group.
 // This base class never names a backend: backends register a factory by name
-// (backend.h) and derive from it.
+// (backend.h) and derive from it, implementing the protected do_* methods that the
+// public, non-virtual ones call once the arguments are checked and numbered.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -72,50 +77,50 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   int group_rank(int global_rank) const;  // -1 when that rank is not a member
 
   // ---- collectives (same order on every rank) ----
+  // Each checks its arguments (InvalidArgument, the same text for every backend), takes
+  // the group's next sequence number and hands the call to the backend (do_* below).
 
   // recv[i] = op over all ranks of send[i].
-  virtual WorkPtr all_reduce(const void* send, void* recv, size_t count, DType dtype,
-                             ReduceOp op) = 0;
+  WorkPtr all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op);
   WorkPtr all_reduce(void* data, size_t count, DType dtype, ReduceOp op = ReduceOpKind::kSum) {
     return all_reduce(data, data, count, dtype, op);
   }
 
   // Root's data is copied to every rank's data.
-  virtual WorkPtr broadcast(void* data, size_t count, DType dtype, int root) = 0;
+  WorkPtr broadcast(void* data, size_t count, DType dtype, int root);
 
   // recv (significant at root only; may be null elsewhere) = op over all ranks of send.
-  virtual WorkPtr reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
-                         int root) = 0;
+  WorkPtr reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, int root);
 
   // recv holds size() blocks of count elements, rank r's send in block r.
-  virtual WorkPtr all_gather(const void* send, void* recv, size_t count, DType dtype) = 0;
+  WorkPtr all_gather(const void* send, void* recv, size_t count, DType dtype);
   // Variable sizes: rank r contributes recv_counts[r] elements (send_count on this rank);
   // recv holds the blocks back to back in rank order.
-  virtual WorkPtr all_gatherv(const void* send, size_t send_count, void* recv,
-                              std::span<const size_t> recv_counts, DType dtype) = 0;
+  WorkPtr all_gatherv(const void* send, size_t send_count, void* recv,
+                      std::span<const size_t> recv_counts, DType dtype);
 
   // Root's recv (size() * count elements) gets rank r's send in block r.
-  virtual WorkPtr gather(const void* send, void* recv, size_t count, DType dtype, int root) = 0;
+  WorkPtr gather(const void* send, void* recv, size_t count, DType dtype, int root);
   // Rank r's recv gets block r of root's send (size() * count elements).
-  virtual WorkPtr scatter(const void* send, void* recv, size_t count, DType dtype, int root) = 0;
+  WorkPtr scatter(const void* send, void* recv, size_t count, DType dtype, int root);
 
   // send holds size() blocks of count elements; rank r's recv = op over ranks of block r.
-  virtual WorkPtr reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
-                                 ReduceOp op) = 0;
+  WorkPtr reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op);
 
   // Block p of send goes to rank p; block p of recv comes from rank p (count each). send
   // may equal recv (in place; the backend then works from a copy of send).
-  virtual WorkPtr all_to_all(const void* send, void* recv, size_t count, DType dtype) = 0;
+  WorkPtr all_to_all(const void* send, void* recv, size_t count, DType dtype);
   // Variable sizes: send_counts[p] elements go to rank p, recv_counts[p] come from it;
   // blocks are back to back in rank order.
-  virtual WorkPtr all_to_allv(const void* send, std::span<const size_t> send_counts, void* recv,
-                              std::span<const size_t> recv_counts, DType dtype) = 0;
+  WorkPtr all_to_allv(const void* send, std::span<const size_t> send_counts, void* recv,
+                      std::span<const size_t> recv_counts, DType dtype);
 
-  virtual WorkPtr barrier() = 0;
+  WorkPtr barrier();
 
   // ---- point-to-point (matched by peer and tag; not ordered with collectives) ----
-  virtual WorkPtr isend(const void* data, size_t count, DType dtype, int dst, uint32_t tag = 0) = 0;
-  virtual WorkPtr irecv(void* data, size_t count, DType dtype, int src, uint32_t tag = 0) = 0;
+  // Checked as collectives are, but not numbered.
+  WorkPtr isend(const void* data, size_t count, DType dtype, int dst, uint32_t tag = 0);
+  WorkPtr irecv(void* data, size_t count, DType dtype, int src, uint32_t tag = 0);
   void send(const void* data, size_t count, DType dtype, int dst, uint32_t tag = 0) {
     isend(data, count, dtype, dst, tag)->wait();
   }
@@ -123,7 +128,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
     irecv(data, count, dtype, src, tag)->wait();
   }
   // Issues every op at once; the Work completes when all have.
-  virtual WorkPtr batch_isend_irecv(std::span<const P2POp> ops) = 0;
+  WorkPtr batch_isend_irecv(std::span<const P2POp> ops);
 
   // ---- sub-groups (collective over this group) ----
   // `ranks` are ranks of this group (any order; sorted as torch does): the new group's
@@ -144,6 +149,45 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   virtual std::shared_ptr<ProcessGroup> make_subgroup(std::shared_ptr<Store> store, int rank,
                                                       int size, std::vector<int> global_ranks) = 0;
 
+  // ---- what a backend implements ----
+  // The public call of the same name, after its arguments passed the shared checks
+  // (roots and peers in range, no null buffer with a non-zero count, op valid for the
+  // dtype, counts of the right length whose bytes fit in size_t); a backend adds only
+  // its own limits (say MPI's int counts). Collectives get `seq`, the group's sequence
+  // number for the operation: 0, 1, ... in call order, the same on every rank. The
+  // do_* collectives are called one at a time, in `seq` order (under the group's issue
+  // lock): they should queue the operation and return, and must not call this group's
+  // collectives. A collective that throws takes no number. isend and irecv arrive as a
+  // batch of one op (p2p_name() names the call).
+  virtual WorkPtr do_all_reduce(uint64_t seq, const void* send, void* recv, size_t count,
+                                DType dtype, ReduceOp op) = 0;
+  virtual WorkPtr do_broadcast(uint64_t seq, void* data, size_t count, DType dtype, int root) = 0;
+  virtual WorkPtr do_reduce(uint64_t seq, const void* send, void* recv, size_t count, DType dtype,
+                            ReduceOp op, int root) = 0;
+  virtual WorkPtr do_all_gather(uint64_t seq, const void* send, void* recv, size_t count,
+                                DType dtype) = 0;
+  virtual WorkPtr do_all_gatherv(uint64_t seq, const void* send, size_t send_count, void* recv,
+                                 std::span<const size_t> recv_counts, DType dtype) = 0;
+  virtual WorkPtr do_gather(uint64_t seq, const void* send, void* recv, size_t count, DType dtype,
+                            int root) = 0;
+  virtual WorkPtr do_scatter(uint64_t seq, const void* send, void* recv, size_t count, DType dtype,
+                             int root) = 0;
+  virtual WorkPtr do_reduce_scatter(uint64_t seq, const void* send, void* recv, size_t count,
+                                    DType dtype, ReduceOp op) = 0;
+  virtual WorkPtr do_all_to_all(uint64_t seq, const void* send, void* recv, size_t count,
+                                DType dtype) = 0;
+  virtual WorkPtr do_all_to_allv(uint64_t seq, const void* send,
+                                 std::span<const size_t> send_counts, void* recv,
+                                 std::span<const size_t> recv_counts, DType dtype) = 0;
+  virtual WorkPtr do_barrier(uint64_t seq) = 0;
+  virtual WorkPtr do_batch_isend_irecv(std::span<const P2POp> ops) = 0;
+
+  // The number the next collective will get (for messages, e.g. abort's); never blocks.
+  uint64_t next_seq() const { return next_seq_.load(std::memory_order_acquire); }
+  // The name of a point-to-point call: "isend" or "irecv" for one op, else
+  // "batch_isend_irecv".
+  static const char* p2p_name(std::span<const P2POp> ops);
+
  private:
   std::shared_ptr<ProcessGroup> make_member_group(const std::vector<int>& members,
                                                   const std::string& name);
@@ -154,6 +198,12 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::chrono::milliseconds timeout_;
   std::vector<int> global_ranks_;
   uint64_t subgroups_made_ = 0;  // same count on every rank (collective calls)
+  // Numbers collectives: a do_* collective runs with issue_mu_ held; next_seq_ is
+  // written only under it and read anywhere.
+  template <typename Call>
+  WorkPtr numbered(Call&& call);
+  std::mutex issue_mu_;
+  std::atomic<uint64_t> next_seq_{0};
 };
 
 }  // namespace tdist

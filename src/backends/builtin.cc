@@ -32,4 +32,12 @@ std::vector<std::pair<std::string, BackendFactory>> builtin_backends() {
   return backends;
 }
 
+std::optional<rendezvous_detail::StoreAgreement> builtin_store_agreement() {
+#if TDIST_HAVE_MPI
+  return mpi::mpi_store_agreement();
+#else
+  return std::nullopt;
+#endif
+}
+
 }  // namespace tdist::backends

@@ -1,4 +1,4 @@
-// CommProcessGroup (comm_group.h): validation, the ordered worker, and the collectives.
+// CommProcessGroup (comm_group.h): the ordered worker and the collectives.
 #include "backends/comm_group.h"
 
 #include <algorithm>
@@ -13,11 +13,6 @@ namespace tdist::backends {
 namespace {
 
 size_t bytes_of(size_t count, DType dtype) { return count * dtype_size(dtype); }
-
-void check_buffer(const char* op, const char* name, const void* p, size_t count) {
-  TDIST_CHECK(p != nullptr || count == 0, InvalidArgument, op, ": ", name,
-              " is null but the count is ", count);
-}
 
 size_t total(std::span<const size_t> counts) {
   return std::accumulate(counts.begin(), counts.end(), size_t{0});
@@ -67,10 +62,11 @@ std::shared_ptr<ProcessGroup> CommProcessGroup::make_subgroup(std::shared_ptr<St
                                             timeout(), std::move(global_ranks));
 }
 
-WorkPtr CommProcessGroup::enqueue(const char* op, std::function<void(const coll::Ctx&)> run) {
+WorkPtr CommProcessGroup::enqueue(uint64_t seq, const char* op,
+                                  std::function<void(const coll::Ctx&)> run) {
   auto work = std::make_shared<QueuedWork>(op, weak_from_this(), ops_);
-  ops_.push(work,
-            [this, w = work.get(), run = std::move(run)](uint64_t seq) { execute(seq, *w, run); });
+  ops_.push(seq, work,
+            [this, w = work.get(), run = std::move(run)](uint64_t n) { execute(n, *w, run); });
   return work;
 }
 
@@ -92,131 +88,89 @@ void CommProcessGroup::execute(uint64_t seq, Work& work,
   }
 }
 
-void CommProcessGroup::check_root(const char* op, int root) const {
-  TDIST_CHECK(root >= 0 && root < size(), InvalidArgument, op, ": root ", root, " is outside 0..",
-              size() - 1, " (group of ", size(), ")");
-}
-
-void CommProcessGroup::check_peer(const char* op, int peer) const {
-  TDIST_CHECK(peer >= 0 && peer < size(), InvalidArgument, op, ": peer ", peer, " is outside 0..",
-              size() - 1, " (group of ", size(), ")");
-  TDIST_CHECK(peer != rank(), InvalidArgument, op, ": rank ", rank(),
-              " cannot send to or receive from itself");
-}
-
-WorkPtr CommProcessGroup::all_reduce(const void* send, void* recv, size_t count, DType dtype,
-                                     ReduceOp op) {
-  validate(op, dtype);
-  check_buffer("all_reduce", "send", send, count);
-  check_buffer("all_reduce", "recv", recv, count);
-  return enqueue("all_reduce", [=](const coll::Ctx& ctx) {
+WorkPtr CommProcessGroup::do_all_reduce(uint64_t seq, const void* send, void* recv, size_t count,
+                                        DType dtype, ReduceOp op) {
+  return enqueue(seq, "all_reduce", [=](const coll::Ctx& ctx) {
     coll::all_reduce(ctx, send, recv, count, dtype, op);
   });
 }
 
-WorkPtr CommProcessGroup::broadcast(void* data, size_t count, DType dtype, int root) {
-  check_root("broadcast", root);
-  check_buffer("broadcast", "data", data, count);
+WorkPtr CommProcessGroup::do_broadcast(uint64_t seq, void* data, size_t count, DType dtype,
+                                       int root) {
   const size_t bytes = bytes_of(count, dtype);
-  return enqueue("broadcast",
+  return enqueue(seq, "broadcast",
                  [=](const coll::Ctx& ctx) { coll::broadcast(ctx, data, bytes, root); });
 }
 
-WorkPtr CommProcessGroup::reduce(const void* send, void* recv, size_t count, DType dtype,
-                                 ReduceOp op, int root) {
-  validate(op, dtype);
-  check_root("reduce", root);
-  check_buffer("reduce", "send", send, count);
-  if (rank() == root) check_buffer("reduce", "recv", recv, count);
-  return enqueue("reduce", [=](const coll::Ctx& ctx) {
+WorkPtr CommProcessGroup::do_reduce(uint64_t seq, const void* send, void* recv, size_t count,
+                                    DType dtype, ReduceOp op, int root) {
+  return enqueue(seq, "reduce", [=](const coll::Ctx& ctx) {
     coll::reduce(ctx, send, recv, count, dtype, op, root);
   });
 }
 
-WorkPtr CommProcessGroup::all_gather(const void* send, void* recv, size_t count, DType dtype) {
-  check_buffer("all_gather", "send", send, count);
-  check_buffer("all_gather", "recv", recv, count);
+WorkPtr CommProcessGroup::do_all_gather(uint64_t seq, const void* send, void* recv, size_t count,
+                                        DType dtype) {
   std::vector<size_t> bytes(static_cast<size_t>(size()), bytes_of(count, dtype));
-  return enqueue("all_gather", [=, bytes = std::move(bytes)](const coll::Ctx& ctx) {
+  return enqueue(seq, "all_gather", [=, bytes = std::move(bytes)](const coll::Ctx& ctx) {
     coll::all_gatherv(ctx, send, recv, bytes);
   });
 }
 
-WorkPtr CommProcessGroup::all_gatherv(const void* send, size_t send_count, void* recv,
-                                      std::span<const size_t> recv_counts, DType dtype) {
-  TDIST_CHECK(recv_counts.size() == static_cast<size_t>(size()), InvalidArgument,
-              "all_gatherv: ", recv_counts.size(), " recv counts given for a group of ", size());
-  TDIST_CHECK(recv_counts[static_cast<size_t>(rank())] == send_count, InvalidArgument,
-              "all_gatherv: recv_counts[", rank(), "] is ",
-              recv_counts[static_cast<size_t>(rank())], " but this rank sends ", send_count);
-  check_buffer("all_gatherv", "send", send, send_count);
-  check_buffer("all_gatherv", "recv", recv, total(recv_counts));
-  return enqueue("all_gatherv", [=, bytes = to_bytes(recv_counts, dtype)](const coll::Ctx& ctx) {
-    coll::all_gatherv(ctx, send, recv, bytes);
-  });
+WorkPtr CommProcessGroup::do_all_gatherv(uint64_t seq, const void* send, size_t /*send_count*/,
+                                         void* recv, std::span<const size_t> recv_counts,
+                                         DType dtype) {
+  return enqueue(seq, "all_gatherv",
+                 [=, bytes = to_bytes(recv_counts, dtype)](const coll::Ctx& ctx) {
+                   coll::all_gatherv(ctx, send, recv, bytes);
+                 });
 }
 
-WorkPtr CommProcessGroup::gather(const void* send, void* recv, size_t count, DType dtype,
-                                 int root) {
-  check_root("gather", root);
-  check_buffer("gather", "send", send, count);
-  if (rank() == root) check_buffer("gather", "recv", recv, count);
+WorkPtr CommProcessGroup::do_gather(uint64_t seq, const void* send, void* recv, size_t count,
+                                    DType dtype, int root) {
   const size_t bytes = bytes_of(count, dtype);
-  return enqueue("gather",
+  return enqueue(seq, "gather",
                  [=](const coll::Ctx& ctx) { coll::gather(ctx, send, recv, bytes, root); });
 }
 
-WorkPtr CommProcessGroup::scatter(const void* send, void* recv, size_t count, DType dtype,
-                                  int root) {
-  check_root("scatter", root);
-  check_buffer("scatter", "recv", recv, count);
-  if (rank() == root) check_buffer("scatter", "send", send, count);
+WorkPtr CommProcessGroup::do_scatter(uint64_t seq, const void* send, void* recv, size_t count,
+                                     DType dtype, int root) {
   const size_t bytes = bytes_of(count, dtype);
-  return enqueue("scatter",
+  return enqueue(seq, "scatter",
                  [=](const coll::Ctx& ctx) { coll::scatter(ctx, send, recv, bytes, root); });
 }
 
-WorkPtr CommProcessGroup::reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
-                                         ReduceOp op) {
-  validate(op, dtype);
-  check_buffer("reduce_scatter", "send", send, count);
-  check_buffer("reduce_scatter", "recv", recv, count);
-  return enqueue("reduce_scatter", [=](const coll::Ctx& ctx) {
+WorkPtr CommProcessGroup::do_reduce_scatter(uint64_t seq, const void* send, void* recv,
+                                            size_t count, DType dtype, ReduceOp op) {
+  return enqueue(seq, "reduce_scatter", [=](const coll::Ctx& ctx) {
     coll::reduce_scatter(ctx, send, recv, count, dtype, op);
   });
 }
 
-WorkPtr CommProcessGroup::all_to_all(const void* send, void* recv, size_t count, DType dtype) {
-  check_buffer("all_to_all", "send", send, count);
-  check_buffer("all_to_all", "recv", recv, count);
+WorkPtr CommProcessGroup::do_all_to_all(uint64_t seq, const void* send, void* recv, size_t count,
+                                        DType dtype) {
   std::vector<size_t> bytes(static_cast<size_t>(size()), bytes_of(count, dtype));
-  return enqueue("all_to_all", [=, bytes = std::move(bytes)](const coll::Ctx& ctx) {
+  return enqueue(seq, "all_to_all", [=, bytes = std::move(bytes)](const coll::Ctx& ctx) {
     all_to_allv_any(ctx, send, bytes, recv, bytes);
   });
 }
 
-WorkPtr CommProcessGroup::all_to_allv(const void* send, std::span<const size_t> send_counts,
-                                      void* recv, std::span<const size_t> recv_counts,
-                                      DType dtype) {
-  TDIST_CHECK(send_counts.size() == static_cast<size_t>(size()) &&
-                  recv_counts.size() == static_cast<size_t>(size()),
-              InvalidArgument, "all_to_allv: ", send_counts.size(), " send and ",
-              recv_counts.size(), " recv counts given for a group of ", size());
-  check_buffer("all_to_allv", "send", send, total(send_counts));
-  check_buffer("all_to_allv", "recv", recv, total(recv_counts));
-  return enqueue("all_to_allv",
+WorkPtr CommProcessGroup::do_all_to_allv(uint64_t seq, const void* send,
+                                         std::span<const size_t> send_counts, void* recv,
+                                         std::span<const size_t> recv_counts, DType dtype) {
+  return enqueue(seq, "all_to_allv",
                  [=, sb = to_bytes(send_counts, dtype), rb = to_bytes(recv_counts, dtype)](
                      const coll::Ctx& ctx) { all_to_allv_any(ctx, send, sb, recv, rb); });
 }
 
-WorkPtr CommProcessGroup::barrier() {
-  return enqueue("barrier", [](const coll::Ctx& ctx) { coll::barrier(ctx); });
+WorkPtr CommProcessGroup::do_barrier(uint64_t seq) {
+  return enqueue(seq, "barrier", [](const coll::Ctx& ctx) { coll::barrier(ctx); });
 }
 
 void CommProcessGroup::abort() {
-  const uint64_t seq = ops_.next_seq();
-  comm_->abort(std::make_exception_ptr(PeerError(describe(rank(), size(), backend_, "abort", seq) +
-                                                 ": the group was aborted by the user")));
+  comm_->abort(
+      std::make_exception_ptr(PeerError(describe(rank(), size(), backend_, "abort", next_seq()) +
+                                        ": the group was aborted by the user")));
 }
 
 }  // namespace tdist::backends

@@ -2,13 +2,13 @@
 // src/collectives. The tcp, shm and auto backends are this class with their own
 // CommFactory.
 //
-// Execution: collectives are validated on the calling thread (InvalidArgument before
-// anything is sent), numbered in call order (the sequence number tags every message),
-// and run one at a time, in that order, by the group's OpQueue (op_queue.h): its worker
-// thread, which blocks (never spins) while it waits, or a thread that waits on a Work
-// whose operation has not started, which runs the queued operations up to it itself, so
-// the common `all_reduce(...)->wait()` costs no hand-off between threads. Point-to-point
-// operations go to the transport directly from the calling thread and complete inside it.
+// Execution: collectives are validated and numbered in call order on the calling thread
+// by ProcessGroup (InvalidArgument before anything is sent; the sequence number tags
+// every message), and run one at a time, in that order, by the group's OpQueue (op_queue.h): its
+// worker thread, which blocks (never spins) while it waits, or a thread that waits on a Work whose
+// operation has not started, which runs the queued operations up to it itself, so the common
+// `all_reduce(...)->wait()` costs no hand-off between threads. Point-to-point operations go to the
+// transport directly from the calling thread and complete inside it.
 //
 // Failure: an operation that fails aborts the Comm, so every pending and later
 // operation of the group fails with the same error on this rank, and the peers notice
@@ -43,39 +43,38 @@ class CommProcessGroup : public ProcessGroup {
 
   std::string backend_name() const override { return backend_; }
 
-  WorkPtr all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override;
-  using ProcessGroup::all_reduce;
-  WorkPtr broadcast(void* data, size_t count, DType dtype, int root) override;
-  WorkPtr reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
-                 int root) override;
-  WorkPtr all_gather(const void* send, void* recv, size_t count, DType dtype) override;
-  WorkPtr all_gatherv(const void* send, size_t send_count, void* recv,
-                      std::span<const size_t> recv_counts, DType dtype) override;
-  WorkPtr gather(const void* send, void* recv, size_t count, DType dtype, int root) override;
-  WorkPtr scatter(const void* send, void* recv, size_t count, DType dtype, int root) override;
-  WorkPtr reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
-                         ReduceOp op) override;
-  WorkPtr all_to_all(const void* send, void* recv, size_t count, DType dtype) override;
-  WorkPtr all_to_allv(const void* send, std::span<const size_t> send_counts, void* recv,
-                      std::span<const size_t> recv_counts, DType dtype) override;
-  WorkPtr barrier() override;
-
-  WorkPtr isend(const void* data, size_t count, DType dtype, int dst, uint32_t tag) override;
-  WorkPtr irecv(void* data, size_t count, DType dtype, int src, uint32_t tag) override;
-  WorkPtr batch_isend_irecv(std::span<const P2POp> ops) override;
-
   void abort() override;
 
  protected:
   std::shared_ptr<ProcessGroup> make_subgroup(std::shared_ptr<Store> store, int rank, int size,
                                               std::vector<int> global_ranks) override;
 
+  WorkPtr do_all_reduce(uint64_t seq, const void* send, void* recv, size_t count, DType dtype,
+                        ReduceOp op) override;
+  WorkPtr do_broadcast(uint64_t seq, void* data, size_t count, DType dtype, int root) override;
+  WorkPtr do_reduce(uint64_t seq, const void* send, void* recv, size_t count, DType dtype,
+                    ReduceOp op, int root) override;
+  WorkPtr do_all_gather(uint64_t seq, const void* send, void* recv, size_t count,
+                        DType dtype) override;
+  WorkPtr do_all_gatherv(uint64_t seq, const void* send, size_t send_count, void* recv,
+                         std::span<const size_t> recv_counts, DType dtype) override;
+  WorkPtr do_gather(uint64_t seq, const void* send, void* recv, size_t count, DType dtype,
+                    int root) override;
+  WorkPtr do_scatter(uint64_t seq, const void* send, void* recv, size_t count, DType dtype,
+                     int root) override;
+  WorkPtr do_reduce_scatter(uint64_t seq, const void* send, void* recv, size_t count, DType dtype,
+                            ReduceOp op) override;
+  WorkPtr do_all_to_all(uint64_t seq, const void* send, void* recv, size_t count,
+                        DType dtype) override;
+  WorkPtr do_all_to_allv(uint64_t seq, const void* send, std::span<const size_t> send_counts,
+                         void* recv, std::span<const size_t> recv_counts, DType dtype) override;
+  WorkPtr do_barrier(uint64_t seq) override;
+  WorkPtr do_batch_isend_irecv(std::span<const P2POp> ops) override;
+
  private:
-  // Numbers the operation and queues it (op_queue.h).
-  WorkPtr enqueue(const char* op, std::function<void(const coll::Ctx&)> run);
+  // Queues the operation numbered `seq` (op_queue.h).
+  WorkPtr enqueue(uint64_t seq, const char* op, std::function<void(const coll::Ctx&)> run);
   void execute(uint64_t seq, Work& work, const std::function<void(const coll::Ctx&)>& run);
-  void check_root(const char* op, int root) const;
-  void check_peer(const char* op, int peer) const;
 
   const std::string backend_;
   const CommFactory factory_;

@@ -57,25 +57,8 @@ class RequestWork : public Work {
 
 }  // namespace
 
-WorkPtr CommProcessGroup::isend(const void* data, size_t count, DType dtype, int dst,
-                                uint32_t tag) {
-  P2POp op{P2POp::Kind::kSend, const_cast<void*>(data), count, dtype, dst, tag};
-  return batch_isend_irecv(std::span<const P2POp>(&op, 1));
-}
-
-WorkPtr CommProcessGroup::irecv(void* data, size_t count, DType dtype, int src, uint32_t tag) {
-  P2POp op{P2POp::Kind::kRecv, data, count, dtype, src, tag};
-  return batch_isend_irecv(std::span<const P2POp>(&op, 1));
-}
-
-WorkPtr CommProcessGroup::batch_isend_irecv(std::span<const P2POp> ops) {
-  const char* name = ops.size() == 1 ? (ops[0].kind == P2POp::Kind::kSend ? "isend" : "irecv")
-                                     : "batch_isend_irecv";
-  for (const P2POp& op : ops) {
-    check_peer(name, op.peer);
-    TDIST_CHECK(op.data != nullptr || op.count == 0, InvalidArgument, name,
-                ": the buffer is null but the count is ", op.count);
-  }
+WorkPtr CommProcessGroup::do_batch_isend_irecv(std::span<const P2POp> ops) {
+  const char* name = p2p_name(ops);
   const std::string where =
       detail::str_cat("rank ", rank(), "/", size(), " (", backend_name(), ") ", name);
   std::vector<transport::RequestPtr> requests;

@@ -17,18 +17,12 @@ void OpQueue::stop() {
   if (worker_.joinable()) worker_.join();
 }
 
-void OpQueue::push(WorkPtr work, Op op) {
+void OpQueue::push(uint64_t seq, WorkPtr work, Op op) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(
-        Task{next_seq_++, std::move(work), std::move(op), std::chrono::steady_clock::now()});
+    queue_.push_back(Task{seq, std::move(work), std::move(op), std::chrono::steady_clock::now()});
   }
   cv_.notify_one();
-}
-
-uint64_t OpQueue::next_seq() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return next_seq_;
 }
 
 void OpQueue::run_front(std::unique_lock<std::mutex>& lock) {

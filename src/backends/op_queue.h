@@ -1,5 +1,5 @@
 // OpQueue: how the built-in process groups run their collectives: one at a time, in the
-// order they were issued (each numbered by the group's sequence), by the group's worker
+// order they were issued (each with the group's sequence number), by the group's worker
 // thread, or by a caller that waits for one, which then runs the queue up to it itself
 // (so the common `all_reduce(...)->wait()` costs no hand-off between threads).
 // QueuedWork is the Work of such an operation: waiting on it helps run the queue.
@@ -36,8 +36,9 @@ class OpQueue {
   OpQueue(const OpQueue&) = delete;
   OpQueue& operator=(const OpQueue&) = delete;
 
-  // Numbers `op` (0, 1, ...) and queues it; `work` is the Work it finishes.
-  void push(WorkPtr work, Op op);
+  // Queues `op`, the group's operation number `seq` (ProcessGroup numbers them; pushes
+  // come in increasing seq order), which runs as op(seq); `work` is the Work it finishes.
+  void push(uint64_t seq, WorkPtr work, Op op);
   // Runs queued operations on the calling thread, in order, until `work`'s has run;
   // returns at once when another thread is running one (the caller then just waits).
   void run_until(const Work* work);
@@ -45,8 +46,6 @@ class OpQueue {
   void stop();
 
   std::chrono::milliseconds longest_op() const { return longest_op_; }
-  // The number the next pushed operation gets.
-  uint64_t next_seq();
 
  private:
   struct Task {
@@ -65,7 +64,6 @@ class OpQueue {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> queue_;  // guarded by mu_
-  uint64_t next_seq_ = 0;   // guarded by mu_
   bool stopping_ = false;   // guarded by mu_
   bool running_ = false;    // an operation is executing; guarded by mu_
   std::thread worker_;

@@ -193,11 +193,11 @@ HostPort parse_authority(const std::string& authority, const std::string& what,
   return out;
 }
 
-void parse_env_master(InitSpec& spec) {
+void parse_env_master(InitSpec& spec, const StoreAgreement* agreement) {
   std::string addr = env_string("MASTER_ADDR");
   // Under mpirun (say) with neither variable set, the launcher's own channel agrees on
   // the store; one variable alone is still an error.
-  if (addr.empty() && env_string("MASTER_PORT").empty() && applicable_store_agreement()) {
+  if (addr.empty() && env_string("MASTER_PORT").empty() && applies(agreement)) {
     spec.agreed_store = true;
     return;
   }
@@ -256,7 +256,8 @@ bool use_agent_store() {
               "' is not a boolean (True/False, 1/0)");
 }
 
-InitSpec parse_init_method(const std::string& init_method, int rank, int world_size) {
+InitSpec parse_init_method(const std::string& init_method, int rank, int world_size,
+                           const StoreAgreement* agreement) {
   const std::string& url = init_method;
   size_t sep = url.find("://");
   if (sep == std::string::npos || sep == 0) {
@@ -309,7 +310,7 @@ InitSpec parse_init_method(const std::string& init_method, int rank, int world_s
   // tdistrun sets both TDIST_AGENT_STORE (its own store, for tdist workers) and
   // MASTER_ADDR/MASTER_PORT (a store on rank 0, for Python torch workers); ours wins.
   if (spec.scheme == InitScheme::kEnv && parse_env_agent_store(spec)) return spec;
-  if (spec.scheme == InitScheme::kEnv) parse_env_master(spec);
+  if (spec.scheme == InitScheme::kEnv) parse_env_master(spec, agreement);
   if (spec.scheme != InitScheme::kFile && !spec.agreed_store && use_agent_store()) {
     spec.agent_store = true;
     spec.key_prefix = attempt_prefix();

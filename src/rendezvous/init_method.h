@@ -19,7 +19,7 @@ struct InitSpec {
   int rank = -1;
   int world_size = -1;
   bool agent_store = false;  // the launcher hosts the TCPStore; rank 0 is only a client
-  // env:// without MASTER_ADDR/MASTER_PORT under a launcher with an installed agreement
+  // env:// without MASTER_ADDR/MASTER_PORT under a launcher whose agreement was given
   // (store_agreement.h): host and port are agreed at connection time, not parsed.
   bool agreed_store = false;
   // Prefix of every key when the launcher hosts the store: TDIST_AGENT_STORE_PREFIX, else
@@ -27,10 +27,14 @@ struct InitSpec {
   std::string key_prefix;
 };
 
+struct StoreAgreement;
+
 // Resolves `init_method` plus explicit rank / world_size (-1 = unspecified). For env://
 // a set TDIST_AGENT_STORE (tdistrun's store) replaces MASTER_ADDR/MASTER_PORT; with
-// neither set, an applicable store agreement sets agreed_store.
-InitSpec parse_init_method(const std::string& init_method, int rank, int world_size);
+// neither set, `agreement` (store_agreement.h; may be null) sets agreed_store when it
+// applies to this process.
+InitSpec parse_init_method(const std::string& init_method, int rank, int world_size,
+                           const StoreAgreement* agreement = nullptr);
 
 // True when host is an IPv6 literal (contains ':').
 bool is_ipv6_literal(const std::string& host);

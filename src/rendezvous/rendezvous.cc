@@ -2,7 +2,6 @@
 // (rendezvous.h describes the init methods and the key layout).
 #include "tdist/rendezvous.h"
 
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +21,7 @@ namespace {
 
 using rendezvous_detail::InitScheme;
 using rendezvous_detail::InitSpec;
+using rendezvous_detail::StoreAgreement;
 using std::chrono::milliseconds;
 
 constexpr char kJoinPrefix[] = "tdist/rdzv";
@@ -84,14 +84,10 @@ std::shared_ptr<Store> connect_tcp(const InitSpec& spec, milliseconds timeout, D
 
 // env:// under a launcher without MASTER_ADDR/MASTER_PORT: the process the agreement
 // elects hosts the store on a free port, and the launcher's channel tells everyone where.
-std::shared_ptr<Store> connect_agreed(InitSpec& spec, milliseconds timeout, Deadline deadline) {
-  std::optional<rendezvous_detail::StoreAgreement> agreement =
-      rendezvous_detail::applicable_store_agreement();
-  TDIST_CHECK(agreement.has_value(), Error,
-              "env://: the launcher's store agreement no longer applies; set MASTER_ADDR and "
-              "MASTER_PORT");
+std::shared_ptr<Store> connect_agreed(InitSpec& spec, const StoreAgreement& agreement,
+                                      milliseconds timeout, Deadline deadline) {
   std::unique_ptr<TCPStoreServer> server;
-  const std::string address = agreement->agree([&] {
+  const std::string address = agreement.agree([&] {
     server = TCPStoreServer::start("0.0.0.0", 0);
     return server->port();
   });
@@ -99,16 +95,19 @@ std::shared_ptr<Store> connect_agreed(InitSpec& spec, milliseconds timeout, Dead
   spec.host = hp.host;
   spec.port = hp.port;
   TDIST_LOG(kInfo) << "rendezvous: the store's address " << address << " was agreed through "
-                   << agreement->name;
+                   << agreement.name;
   return connect_client(spec, hp.host, hp.port, std::move(server), timeout, deadline);
 }
 
-std::shared_ptr<Store> open_store(InitSpec& spec, milliseconds timeout, Deadline deadline) {
+// `agreement`: the one parse_init_method was given (non-null when spec.agreed_store).
+std::shared_ptr<Store> open_store(InitSpec& spec, const StoreAgreement* agreement,
+                                  milliseconds timeout, Deadline deadline) {
   if (spec.scheme == InitScheme::kFile) {
     return std::make_shared<FileStore>(spec.path, spec.world_size, timeout);
   }
-  std::shared_ptr<Store> store = spec.agreed_store ? connect_agreed(spec, timeout, deadline)
-                                                   : connect_tcp(spec, timeout, deadline);
+  std::shared_ptr<Store> store = spec.agreed_store
+                                     ? connect_agreed(spec, *agreement, timeout, deadline)
+                                     : connect_tcp(spec, timeout, deadline);
   if (spec.key_prefix.empty()) return store;
   return std::make_shared<PrefixStore>(spec.key_prefix, std::move(store));
 }
@@ -188,11 +187,15 @@ RendezvousResult join(std::shared_ptr<Store> base, int rank, int world_size, mil
 
 milliseconds default_pg_timeout() { return setting_seconds("TDIST_TIMEOUT"); }
 
-RendezvousResult rendezvous(const std::string& init_method, int rank, int world_size,
-                            milliseconds timeout) {
+// rendezvous(init_method, ...) itself is defined above this layer
+// (backends/launcher_rendezvous.cc), which passes the built-in store agreement.
+RendezvousResult rendezvous_detail::rendezvous_with_agreement(const std::string& init_method,
+                                                              int rank, int world_size,
+                                                              milliseconds timeout,
+                                                              const StoreAgreement* agreement) {
   const Deadline deadline = Deadline::after(timeout);
-  InitSpec spec = rendezvous_detail::parse_init_method(init_method, rank, world_size);
-  std::shared_ptr<Store> store = open_store(spec, timeout, deadline);
+  InitSpec spec = rendezvous_detail::parse_init_method(init_method, rank, world_size, agreement);
+  std::shared_ptr<Store> store = open_store(spec, agreement, timeout, deadline);
   return join(std::move(store), spec.rank, spec.world_size, timeout, deadline, describe(spec));
 }
 

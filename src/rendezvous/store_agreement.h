@@ -1,18 +1,23 @@
 // Store-address agreement: how the processes of a job started by a launcher other than
 // tdistrun (mpirun) agree on where the rendezvous store is when MASTER_ADDR and
-// MASTER_PORT are unset. The rendezvous layer names no launcher: a module above it (the
-// mpi backend) installs one agreement, and env:// uses it when it applies. Internal to
-// tdist.
+// MASTER_PORT are unset. The rendezvous layer names no launcher and keeps no agreement:
+// its caller passes one explicitly (rendezvous_with_agreement). The public rendezvous()
+// and init_process_group pass the built-in backends' agreement (backends/builtin.h: the
+// mpi backend's, in a build with MPI), so the result never depends on what ran first.
+// Internal to tdist.
 //
-// Thread-safety: install and lookup may run on any thread at any time. Blocking: agree()
-// is collective over every process of the job and blocks until all took part. Failures:
-// agree() and host_store() throw tdist exceptions, which reach the rendezvous caller.
+// Thread-safety: plain values; rendezvous_with_agreement is as thread-safe as
+// rendezvous(). Blocking: agree() is collective over every process of the job and blocks
+// until all took part. Failures: agree() and host_store() throw tdist exceptions, which
+// reach the rendezvous caller.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
-#include <optional>
 #include <string>
+
+#include "tdist/rendezvous.h"
 
 namespace tdist::rendezvous_detail {
 
@@ -27,10 +32,16 @@ struct StoreAgreement {
   std::function<std::string(const std::function<uint16_t()>& host_store)> agree;
 };
 
-// Installs `agreement`, replacing any earlier one.
-void install_store_agreement(StoreAgreement agreement);
+// True when `agreement` is given and applies to this process.
+inline bool applies(const StoreAgreement* agreement) {
+  return agreement != nullptr && agreement->applies && agreement->applies();
+}
 
-// The installed agreement when there is one and it applies to this process.
-std::optional<StoreAgreement> applicable_store_agreement();
+// rendezvous(init_method, ...) of tdist/rendezvous.h with the launcher's agreement
+// given: env:// with neither MASTER_ADDR nor MASTER_PORT set (and no TDIST_AGENT_STORE)
+// agrees on the store through `agreement` when it applies. Null: no agreement.
+RendezvousResult rendezvous_with_agreement(const std::string& init_method, int rank, int world_size,
+                                           std::chrono::milliseconds timeout,
+                                           const StoreAgreement* agreement);
 
 }  // namespace tdist::rendezvous_detail

@@ -1,12 +1,16 @@
 // The mpi backend's registration and the rendezvous layer's store agreement, in one
 // process (no mpirun): with MPI, "mpi" is registered; without, asking for it says how to
-// enable it. env:// without MASTER_ADDR/MASTER_PORT uses an installed agreement that
-// applies (a fake one here, standing in for MPI) and is unchanged otherwise.
+// enable it. The built-in agreement is MPI's exactly in a build with MPI, without the
+// registry being touched. env:// without MASTER_ADDR/MASTER_PORT uses the agreement it
+// is given when that applies (a fake one here, standing in for MPI) and is unchanged
+// otherwise.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <optional>
 #include <string>
 
+#include "backends/builtin.h"
 #include "rendezvous/store_agreement.h"
 #include "tdist/backend.h"
 #include "tdist/error.h"
@@ -15,6 +19,7 @@
 namespace tdist {
 namespace {
 
+using rendezvous_detail::rendezvous_with_agreement;
 using rendezvous_detail::StoreAgreement;
 
 // Unsets the rendezvous variables for a test (before any thread starts) and restores them.
@@ -34,12 +39,15 @@ class CleanRendezvousEnv {
       else
         ::unsetenv(kNames[i]);
     }
-    rendezvous_detail::install_store_agreement(StoreAgreement{});
   }
 
  private:
-  static constexpr const char* kNames[] = {"MASTER_ADDR", "MASTER_PORT", "TDIST_AGENT_STORE",
-                                           "TDIST_USE_AGENT_STORE", "TORCHELASTIC_USE_AGENT_STORE"};
+  static constexpr const char* kNames[] = {"MASTER_ADDR",
+                                           "MASTER_PORT",
+                                           "TDIST_AGENT_STORE",
+                                           "TDIST_USE_AGENT_STORE",
+                                           "TORCHELASTIC_USE_AGENT_STORE",
+                                           "OMPI_COMM_WORLD_SIZE"};
   std::vector<std::optional<std::string>> saved_;
 };
 
@@ -67,17 +75,32 @@ TEST(MpiRegistryTest, MpiIsRegisteredExactlyWhenBuiltWithMpi) {
   }
 }
 
+// Each TEST runs in a process of its own (gtest_discover_tests): this one never touches
+// the registry, so the agreement cannot come from the registry's first use.
+TEST(MpiRegistryTest, TheBuiltinAgreementIsMpisWithoutTheRegistry) {
+  CleanRendezvousEnv env;
+  std::optional<StoreAgreement> agreement = backends::builtin_store_agreement();
+#if TDIST_HAVE_MPI
+  ASSERT_TRUE(agreement.has_value());
+  EXPECT_EQ(agreement->name, "MPI");
+  EXPECT_FALSE(rendezvous_detail::applies(&*agreement));  // not under mpirun
+  ::setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  EXPECT_TRUE(rendezvous_detail::applies(&*agreement));
+#else
+  EXPECT_FALSE(agreement.has_value());
+#endif
+}
+
 TEST(MpiRegistryTest, EnvWithoutMasterUsesAnApplicableAgreement) {
   CleanRendezvousEnv env;
-  has_backend("mpi");  // the registry's first use installs the real agreement, if any
   int hosted = 0;
-  rendezvous_detail::install_store_agreement(
-      StoreAgreement{"fake", [] { return true; },
-                     [&](const std::function<uint16_t()>& host_store) {
-                       ++hosted;
-                       return "127.0.0.1:" + std::to_string(host_store());
-                     }});
-  RendezvousResult r = rendezvous("env://?rank=0&world_size=1", -1, -1, std::chrono::seconds(10));
+  const StoreAgreement fake{"fake", [] { return true; },
+                            [&](const std::function<uint16_t()>& host_store) {
+                              ++hosted;
+                              return "127.0.0.1:" + std::to_string(host_store());
+                            }};
+  RendezvousResult r = rendezvous_with_agreement("env://?rank=0&world_size=1", -1, -1,
+                                                 std::chrono::seconds(10), &fake);
   EXPECT_EQ(hosted, 1);
   ASSERT_NE(r.store, nullptr);
   r.store->set("k", "v");
@@ -87,26 +110,25 @@ TEST(MpiRegistryTest, EnvWithoutMasterUsesAnApplicableAgreement) {
 TEST(MpiRegistryTest, AgreementIsNotUsedWhenItDoesNotApplyOrOneVariableIsSet) {
   CleanRendezvousEnv env;
   bool called = false;
-  rendezvous_detail::install_store_agreement(StoreAgreement{"fake", [] { return false; },
-                                                            [&](const std::function<uint16_t()>&) {
-                                                              called = true;
-                                                              return std::string("127.0.0.1:1");
-                                                            }});
-  try {
-    rendezvous("env://?rank=0&world_size=1", -1, -1, std::chrono::seconds(5));
-    ADD_FAILURE() << "env:// without MASTER_ADDR succeeded";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("MASTER_ADDR"), std::string::npos) << e.what();
+  auto agree = [&](const std::function<uint16_t()>&) {
+    called = true;
+    return std::string("127.0.0.1:1");
+  };
+  const StoreAgreement not_here{"fake", [] { return false; }, agree};
+  const StoreAgreement here{"fake", [] { return true; }, agree};
+  for (const StoreAgreement* agreement : {&not_here, static_cast<const StoreAgreement*>(nullptr)}) {
+    try {
+      rendezvous_with_agreement("env://?rank=0&world_size=1", -1, -1, std::chrono::seconds(5),
+                                agreement);
+      ADD_FAILURE() << "env:// without MASTER_ADDR succeeded";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("MASTER_ADDR"), std::string::npos) << e.what();
+    }
   }
   // An applicable agreement, but MASTER_ADDR alone is set: still an error about MASTER_PORT.
-  rendezvous_detail::install_store_agreement(StoreAgreement{"fake", [] { return true; },
-                                                            [&](const std::function<uint16_t()>&) {
-                                                              called = true;
-                                                              return std::string("127.0.0.1:1");
-                                                            }});
   ::setenv("MASTER_ADDR", "127.0.0.1", 1);
   try {
-    rendezvous("env://?rank=0&world_size=1", -1, -1, std::chrono::seconds(5));
+    rendezvous_with_agreement("env://?rank=0&world_size=1", -1, -1, std::chrono::seconds(5), &here);
     ADD_FAILURE() << "env:// without MASTER_PORT succeeded";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("MASTER_PORT"), std::string::npos) << e.what();
@@ -116,13 +138,13 @@ TEST(MpiRegistryTest, AgreementIsNotUsedWhenItDoesNotApplyOrOneVariableIsSet) {
 
 TEST(MpiRegistryTest, AnAgreementErrorReachesTheCaller) {
   CleanRendezvousEnv env;
-  rendezvous_detail::install_store_agreement(
-      StoreAgreement{"fake", [] { return true; },
-                     [](const std::function<uint16_t()>&) -> std::string {
-                       TDIST_THROW(Error, "the launcher's channel is down");
-                     }});
+  const StoreAgreement failing{"fake", [] { return true; },
+                               [](const std::function<uint16_t()>&) -> std::string {
+                                 TDIST_THROW(Error, "the launcher's channel is down");
+                               }};
   try {
-    rendezvous("env://?rank=0&world_size=1", -1, -1, std::chrono::seconds(5));
+    rendezvous_with_agreement("env://?rank=0&world_size=1", -1, -1, std::chrono::seconds(5),
+                              &failing);
     ADD_FAILURE() << "rendezvous succeeded";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("channel is down"), std::string::npos) << e.what();

@@ -101,49 +101,6 @@ class FakeProcessGroup : public ProcessGroup {
       : ProcessGroup(std::move(store), rank, size, timeout, std::move(global_ranks)) {}
   std::string backend_name() const override { return "fake"; }
 
-  WorkPtr all_reduce(const void* s, void* r, size_t n, DType t, ReduceOp op) override {
-    return inner().all_reduce(s, r, n, t, op);
-  }
-  using ProcessGroup::all_reduce;
-  WorkPtr broadcast(void* d, size_t n, DType t, int root) override {
-    return inner().broadcast(d, n, t, root);
-  }
-  WorkPtr reduce(const void* s, void* r, size_t n, DType t, ReduceOp op, int root) override {
-    return inner().reduce(s, r, n, t, op, root);
-  }
-  WorkPtr all_gather(const void* s, void* r, size_t n, DType t) override {
-    return inner().all_gather(s, r, n, t);
-  }
-  WorkPtr all_gatherv(const void* s, size_t n, void* r, std::span<const size_t> counts,
-                      DType t) override {
-    return inner().all_gatherv(s, n, r, counts, t);
-  }
-  WorkPtr gather(const void* s, void* r, size_t n, DType t, int root) override {
-    return inner().gather(s, r, n, t, root);
-  }
-  WorkPtr scatter(const void* s, void* r, size_t n, DType t, int root) override {
-    return inner().scatter(s, r, n, t, root);
-  }
-  WorkPtr reduce_scatter(const void* s, void* r, size_t n, DType t, ReduceOp op) override {
-    return inner().reduce_scatter(s, r, n, t, op);
-  }
-  WorkPtr all_to_all(const void* s, void* r, size_t n, DType t) override {
-    return inner().all_to_all(s, r, n, t);
-  }
-  WorkPtr all_to_allv(const void* s, std::span<const size_t> sc, void* r,
-                      std::span<const size_t> rc, DType t) override {
-    return inner().all_to_allv(s, sc, r, rc, t);
-  }
-  WorkPtr barrier() override { return inner().barrier(); }
-  WorkPtr isend(const void* d, size_t n, DType t, int dst, uint32_t tag) override {
-    return inner().isend(d, n, t, dst, tag);
-  }
-  WorkPtr irecv(void* d, size_t n, DType t, int src, uint32_t tag) override {
-    return inner().irecv(d, n, t, src, tag);
-  }
-  WorkPtr batch_isend_irecv(std::span<const P2POp> ops) override {
-    return inner().batch_isend_irecv(ops);
-  }
   void abort() override { inner().abort(); }
 
  protected:
@@ -151,6 +108,45 @@ class FakeProcessGroup : public ProcessGroup {
                                               int sub_size, std::vector<int> globals) override {
     return std::make_shared<FakeProcessGroup>(std::move(sub_store), sub_rank, sub_size, timeout(),
                                               std::move(globals));
+  }
+
+  WorkPtr do_all_reduce(uint64_t, const void* s, void* r, size_t n, DType t, ReduceOp op) override {
+    return inner().all_reduce(s, r, n, t, op);
+  }
+  WorkPtr do_broadcast(uint64_t, void* d, size_t n, DType t, int root) override {
+    return inner().broadcast(d, n, t, root);
+  }
+  WorkPtr do_reduce(uint64_t, const void* s, void* r, size_t n, DType t, ReduceOp op,
+                    int root) override {
+    return inner().reduce(s, r, n, t, op, root);
+  }
+  WorkPtr do_all_gather(uint64_t, const void* s, void* r, size_t n, DType t) override {
+    return inner().all_gather(s, r, n, t);
+  }
+  WorkPtr do_all_gatherv(uint64_t, const void* s, size_t n, void* r, std::span<const size_t> counts,
+                         DType t) override {
+    return inner().all_gatherv(s, n, r, counts, t);
+  }
+  WorkPtr do_gather(uint64_t, const void* s, void* r, size_t n, DType t, int root) override {
+    return inner().gather(s, r, n, t, root);
+  }
+  WorkPtr do_scatter(uint64_t, const void* s, void* r, size_t n, DType t, int root) override {
+    return inner().scatter(s, r, n, t, root);
+  }
+  WorkPtr do_reduce_scatter(uint64_t, const void* s, void* r, size_t n, DType t,
+                            ReduceOp op) override {
+    return inner().reduce_scatter(s, r, n, t, op);
+  }
+  WorkPtr do_all_to_all(uint64_t, const void* s, void* r, size_t n, DType t) override {
+    return inner().all_to_all(s, r, n, t);
+  }
+  WorkPtr do_all_to_allv(uint64_t, const void* s, std::span<const size_t> sc, void* r,
+                         std::span<const size_t> rc, DType t) override {
+    return inner().all_to_allv(s, sc, r, rc, t);
+  }
+  WorkPtr do_barrier(uint64_t) override { return inner().barrier(); }
+  WorkPtr do_batch_isend_irecv(std::span<const P2POp> ops) override {
+    return inner().batch_isend_irecv(ops);
   }
 
  private:

@@ -5,7 +5,6 @@
 
 #include "backends/mpi/mpi_group.h"
 #include "backends/mpi/mpi_runtime.h"
-#include "rendezvous/store_agreement.h"
 #include "tdist/error.h"
 
 namespace tdist::backends::mpi {
@@ -27,10 +26,10 @@ std::shared_ptr<ProcessGroup> make_world_group(std::shared_ptr<Store> store, int
 
 }  // namespace
 
-BackendFactory mpi_backend() {
-  rendezvous_detail::install_store_agreement(
-      rendezvous_detail::StoreAgreement{"MPI", under_mpi_launcher, agree_on_address});
-  return make_world_group;
+BackendFactory mpi_backend() { return make_world_group; }
+
+rendezvous_detail::StoreAgreement mpi_store_agreement() {
+  return rendezvous_detail::StoreAgreement{"MPI", under_mpi_launcher, agree_on_address};
 }
 
 }  // namespace tdist::backends::mpi

@@ -19,11 +19,6 @@ constexpr std::chrono::microseconds kClaimDelay(50);
 
 size_t bytes_of(size_t count, DType dtype) { return count * dtype_size(dtype); }
 
-void check_buffer(const char* op, const char* name, const void* p, size_t count) {
-  TDIST_CHECK(p != nullptr || count == 0, InvalidArgument, op, ": ", name,
-              " is null but the count is ", count);
-}
-
 int to_int(const char* op, const char* what, size_t n) {
   TDIST_CHECK(n <= static_cast<size_t>(INT_MAX), InvalidArgument, op, ": ", what, " ", n,
               " exceeds MPI's int range (", INT_MAX, " elements)");
@@ -106,10 +101,10 @@ MpiProcessGroup::~MpiProcessGroup() {
   }
 }
 
-WorkPtr MpiProcessGroup::enqueue(const char* op, std::function<void(MPI_Comm)> run) {
+WorkPtr MpiProcessGroup::enqueue(uint64_t seq, const char* op, std::function<void(MPI_Comm)> run) {
   auto work = std::make_shared<QueuedWork>(op, weak_from_this(), ops_);
-  ops_.push(work,
-            [this, w = work.get(), run = std::move(run)](uint64_t seq) { execute(seq, *w, run); });
+  ops_.push(seq, work,
+            [this, w = work.get(), run = std::move(run)](uint64_t n) { execute(n, *w, run); });
   return work;
 }
 
@@ -137,26 +132,11 @@ void MpiProcessGroup::execute(uint64_t seq, Work& work, const std::function<void
   }
 }
 
-void MpiProcessGroup::check_root(const char* op, int root) const {
-  TDIST_CHECK(root >= 0 && root < size(), InvalidArgument, op, ": root ", root, " is outside 0..",
-              size() - 1, " (group of ", size(), ")");
-}
-
-void MpiProcessGroup::check_peer(const char* op, int peer) const {
-  TDIST_CHECK(peer >= 0 && peer < size(), InvalidArgument, op, ": peer ", peer, " is outside 0..",
-              size() - 1, " (group of ", size(), ")");
-  TDIST_CHECK(peer != rank(), InvalidArgument, op, ": rank ", rank(),
-              " cannot send to or receive from itself");
-}
-
-WorkPtr MpiProcessGroup::all_reduce(const void* send, void* recv, size_t count, DType dtype,
-                                    ReduceOp op) {
-  validate(op, dtype);
-  check_buffer("all_reduce", "send", send, count);
-  check_buffer("all_reduce", "recv", recv, count);
+WorkPtr MpiProcessGroup::do_all_reduce(uint64_t seq, const void* send, void* recv, size_t count,
+                                       DType dtype, ReduceOp op) {
   const int n = to_int("all_reduce", "count", count);
   const int world = size();
-  return enqueue("all_reduce", [=](MPI_Comm comm) {
+  return enqueue(seq, "all_reduce", [=](MPI_Comm comm) {
     ReduceInput in(send, recv, count, dtype, op, /*in_place_allowed=*/true);
     check(MPI_Allreduce(in.get(), recv, n, datatype(dtype), reduce_op(dtype, op.kind), comm),
           "MPI_Allreduce");
@@ -164,25 +144,20 @@ WorkPtr MpiProcessGroup::all_reduce(const void* send, void* recv, size_t count, 
   });
 }
 
-WorkPtr MpiProcessGroup::broadcast(void* data, size_t count, DType dtype, int root) {
-  check_root("broadcast", root);
-  check_buffer("broadcast", "data", data, count);
+WorkPtr MpiProcessGroup::do_broadcast(uint64_t seq, void* data, size_t count, DType dtype,
+                                      int root) {
   const int n = to_int("broadcast", "count", count);
-  return enqueue("broadcast", [=](MPI_Comm comm) {
+  return enqueue(seq, "broadcast", [=](MPI_Comm comm) {
     check(MPI_Bcast(data, n, datatype(dtype), root, comm), "MPI_Bcast");
   });
 }
 
-WorkPtr MpiProcessGroup::reduce(const void* send, void* recv, size_t count, DType dtype,
-                                ReduceOp op, int root) {
-  validate(op, dtype);
-  check_root("reduce", root);
-  check_buffer("reduce", "send", send, count);
+WorkPtr MpiProcessGroup::do_reduce(uint64_t seq, const void* send, void* recv, size_t count,
+                                   DType dtype, ReduceOp op, int root) {
   const bool is_root = rank() == root;
-  if (is_root) check_buffer("reduce", "recv", recv, count);
   const int n = to_int("reduce", "count", count);
   const int world = size();
-  return enqueue("reduce", [=](MPI_Comm comm) {
+  return enqueue(seq, "reduce", [=](MPI_Comm comm) {
     // MPI_IN_PLACE is the root's only; elsewhere recv is not significant (may be null).
     ReduceInput in(send, recv, count, dtype, op, /*in_place_allowed=*/is_root);
     check(MPI_Reduce(in.get(), recv, n, datatype(dtype), reduce_op(dtype, op.kind), root, comm),
@@ -191,82 +166,68 @@ WorkPtr MpiProcessGroup::reduce(const void* send, void* recv, size_t count, DTyp
   });
 }
 
-WorkPtr MpiProcessGroup::all_gather(const void* send, void* recv, size_t count, DType dtype) {
-  check_buffer("all_gather", "send", send, count);
-  check_buffer("all_gather", "recv", recv, count);
+WorkPtr MpiProcessGroup::do_all_gather(uint64_t seq, const void* send, void* recv, size_t count,
+                                       DType dtype) {
   const int n = to_int("all_gather", "count", count);
   to_int("all_gather", "total count", count * static_cast<size_t>(size()));
   const void* mine = static_cast<const uint8_t*>(recv) + bytes_of(count, dtype) * rank();
   const void* src = count != 0 && send == mine ? MPI_IN_PLACE : send;
-  return enqueue("all_gather", [=](MPI_Comm comm) {
+  return enqueue(seq, "all_gather", [=](MPI_Comm comm) {
     const MPI_Datatype t = datatype(dtype);
     check(MPI_Allgather(src, n, t, recv, n, t, comm), "MPI_Allgather");
   });
 }
 
-WorkPtr MpiProcessGroup::all_gatherv(const void* send, size_t send_count, void* recv,
-                                     std::span<const size_t> recv_counts, DType dtype) {
-  TDIST_CHECK(recv_counts.size() == static_cast<size_t>(size()), InvalidArgument,
-              "all_gatherv: ", recv_counts.size(), " recv counts given for a group of ", size());
+WorkPtr MpiProcessGroup::do_all_gatherv(uint64_t seq, const void* send, size_t send_count,
+                                        void* recv, std::span<const size_t> recv_counts,
+                                        DType dtype) {
   const size_t me = static_cast<size_t>(rank());
-  TDIST_CHECK(recv_counts[me] == send_count, InvalidArgument, "all_gatherv: recv_counts[", rank(),
-              "] is ", recv_counts[me], " but this rank sends ", send_count);
   Layout l = layout("all_gatherv", recv_counts);
-  check_buffer("all_gatherv", "send", send, send_count);
-  check_buffer("all_gatherv", "recv", recv, l.total);
   const void* mine =
       static_cast<const uint8_t*>(recv) + bytes_of(static_cast<size_t>(l.displs[me]), dtype);
   const void* src = send_count != 0 && send == mine ? MPI_IN_PLACE : send;
-  return enqueue("all_gatherv", [=, l = std::move(l)](MPI_Comm comm) {
+  return enqueue(seq, "all_gatherv", [=, l = std::move(l)](MPI_Comm comm) {
     const MPI_Datatype t = datatype(dtype);
     check(MPI_Allgatherv(src, l.counts[me], t, recv, l.counts.data(), l.displs.data(), t, comm),
           "MPI_Allgatherv");
   });
 }
 
-WorkPtr MpiProcessGroup::gather(const void* send, void* recv, size_t count, DType dtype, int root) {
-  check_root("gather", root);
-  check_buffer("gather", "send", send, count);
+WorkPtr MpiProcessGroup::do_gather(uint64_t seq, const void* send, void* recv, size_t count,
+                                   DType dtype, int root) {
   const bool is_root = rank() == root;
-  if (is_root) check_buffer("gather", "recv", recv, count);
   const int n = to_int("gather", "count", count);
   to_int("gather", "total count", count * static_cast<size_t>(size()));
   const void* mine =
       is_root ? static_cast<const uint8_t*>(recv) + bytes_of(count, dtype) * root : nullptr;
   const void* src = is_root && count != 0 && send == mine ? MPI_IN_PLACE : send;
-  return enqueue("gather", [=](MPI_Comm comm) {
+  return enqueue(seq, "gather", [=](MPI_Comm comm) {
     const MPI_Datatype t = datatype(dtype);
     check(MPI_Gather(src, n, t, recv, n, t, root, comm), "MPI_Gather");
   });
 }
 
-WorkPtr MpiProcessGroup::scatter(const void* send, void* recv, size_t count, DType dtype,
-                                 int root) {
-  check_root("scatter", root);
-  check_buffer("scatter", "recv", recv, count);
+WorkPtr MpiProcessGroup::do_scatter(uint64_t seq, const void* send, void* recv, size_t count,
+                                    DType dtype, int root) {
   const bool is_root = rank() == root;
-  if (is_root) check_buffer("scatter", "send", send, count);
   const int n = to_int("scatter", "count", count);
   to_int("scatter", "total count", count * static_cast<size_t>(size()));
   const void* mine =
       is_root ? static_cast<const uint8_t*>(send) + bytes_of(count, dtype) * root : nullptr;
   void* dst = is_root && count != 0 && recv == mine ? MPI_IN_PLACE : recv;
-  return enqueue("scatter", [=](MPI_Comm comm) {
+  return enqueue(seq, "scatter", [=](MPI_Comm comm) {
     const MPI_Datatype t = datatype(dtype);
     check(MPI_Scatter(send, n, t, dst, n, t, root, comm), "MPI_Scatter");
   });
 }
 
-WorkPtr MpiProcessGroup::reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
-                                        ReduceOp op) {
-  validate(op, dtype);
-  check_buffer("reduce_scatter", "send", send, count);
-  check_buffer("reduce_scatter", "recv", recv, count);
+WorkPtr MpiProcessGroup::do_reduce_scatter(uint64_t seq, const void* send, void* recv, size_t count,
+                                           DType dtype, ReduceOp op) {
   const int n = to_int("reduce_scatter", "count", count);
   const size_t all = count * static_cast<size_t>(size());
   to_int("reduce_scatter", "total count", all);
   const int world = size();
-  return enqueue("reduce_scatter", [=](MPI_Comm comm) {
+  return enqueue(seq, "reduce_scatter", [=](MPI_Comm comm) {
     ReduceInput in(send, recv, all, dtype, op, /*in_place_allowed=*/false);
     check(MPI_Reduce_scatter_block(in.get(), recv, n, datatype(dtype), reduce_op(dtype, op.kind),
                                    comm),
@@ -286,13 +247,12 @@ const void* unaliased(const void* send, const void* recv, size_t bytes,
 }
 }  // namespace
 
-WorkPtr MpiProcessGroup::all_to_all(const void* send, void* recv, size_t count, DType dtype) {
-  check_buffer("all_to_all", "send", send, count);
-  check_buffer("all_to_all", "recv", recv, count);
+WorkPtr MpiProcessGroup::do_all_to_all(uint64_t seq, const void* send, void* recv, size_t count,
+                                       DType dtype) {
   const int n = to_int("all_to_all", "count", count);
   const size_t all = count * static_cast<size_t>(size());
   to_int("all_to_all", "total count", all);
-  return enqueue("all_to_all", [=](MPI_Comm comm) {
+  return enqueue(seq, "all_to_all", [=](MPI_Comm comm) {
     std::vector<uint8_t> copy;
     const void* src = unaliased(send, recv, bytes_of(all, dtype), copy);
     const MPI_Datatype t = datatype(dtype);
@@ -300,17 +260,12 @@ WorkPtr MpiProcessGroup::all_to_all(const void* send, void* recv, size_t count, 
   });
 }
 
-WorkPtr MpiProcessGroup::all_to_allv(const void* send, std::span<const size_t> send_counts,
-                                     void* recv, std::span<const size_t> recv_counts, DType dtype) {
-  TDIST_CHECK(send_counts.size() == static_cast<size_t>(size()) &&
-                  recv_counts.size() == static_cast<size_t>(size()),
-              InvalidArgument, "all_to_allv: ", send_counts.size(), " send and ",
-              recv_counts.size(), " recv counts given for a group of ", size());
+WorkPtr MpiProcessGroup::do_all_to_allv(uint64_t seq, const void* send,
+                                        std::span<const size_t> send_counts, void* recv,
+                                        std::span<const size_t> recv_counts, DType dtype) {
   Layout s = layout("all_to_allv", send_counts);
   Layout r = layout("all_to_allv", recv_counts);
-  check_buffer("all_to_allv", "send", send, s.total);
-  check_buffer("all_to_allv", "recv", recv, r.total);
-  return enqueue("all_to_allv", [=, s = std::move(s), r = std::move(r)](MPI_Comm comm) {
+  return enqueue(seq, "all_to_allv", [=, s = std::move(s), r = std::move(r)](MPI_Comm comm) {
     std::vector<uint8_t> copy;
     const void* src = unaliased(send, recv, bytes_of(s.total, dtype), copy);
     const MPI_Datatype t = datatype(dtype);
@@ -320,15 +275,15 @@ WorkPtr MpiProcessGroup::all_to_allv(const void* send, std::span<const size_t> s
   });
 }
 
-WorkPtr MpiProcessGroup::barrier() {
-  return enqueue("barrier", [](MPI_Comm comm) { check(MPI_Barrier(comm), "MPI_Barrier"); });
+WorkPtr MpiProcessGroup::do_barrier(uint64_t seq) {
+  return enqueue(seq, "barrier", [](MPI_Comm comm) { check(MPI_Barrier(comm), "MPI_Barrier"); });
 }
 
 void MpiProcessGroup::abort() {
   std::lock_guard<std::mutex> lock(mu_);
   if (aborted_) return;
   aborted_ =
-      std::make_exception_ptr(PeerError(describe(rank(), size(), "mpi", "abort", ops_.next_seq()) +
+      std::make_exception_ptr(PeerError(describe(rank(), size(), "mpi", "abort", next_seq()) +
                                         ": the group was aborted by the user"));
 }
 

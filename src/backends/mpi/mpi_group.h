@@ -1,9 +1,10 @@
 // MpiProcessGroup: the `mpi` backend, a ProcessGroup over an MPI communicator (OpenMPI).
 //
-// Execution: calls are validated on the calling thread (InvalidArgument before anything
-// reaches MPI), numbered in call order, and run one at a time, in that order, as
-// blocking MPI collectives (MPI_Allreduce, ...) by the group's worker thread, which
-// sleeps on a condition variable between operations. A thread that waits on a Work
+// Execution: calls are validated and numbered in call order on the calling thread by
+// ProcessGroup (InvalidArgument before anything reaches MPI; this class adds MPI's int
+// and tag limits), and run one at a time, in that order, as blocking MPI collectives
+// (MPI_Allreduce, ...) by the group's worker thread, which sleeps on a condition
+// variable between operations. A thread that waits on a Work
 // whose operation has not started runs the queued operations up to it itself, and the
 // worker leaves a new operation to its caller for 50 us before taking it, so
 // `all_reduce(...)->wait()` costs no hand-off. Chosen by measurement (OpenMPI 4.1, two
@@ -60,39 +61,38 @@ class MpiProcessGroup : public ProcessGroup {
 
   std::string backend_name() const override { return "mpi"; }
 
-  WorkPtr all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override;
-  using ProcessGroup::all_reduce;
-  WorkPtr broadcast(void* data, size_t count, DType dtype, int root) override;
-  WorkPtr reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
-                 int root) override;
-  WorkPtr all_gather(const void* send, void* recv, size_t count, DType dtype) override;
-  WorkPtr all_gatherv(const void* send, size_t send_count, void* recv,
-                      std::span<const size_t> recv_counts, DType dtype) override;
-  WorkPtr gather(const void* send, void* recv, size_t count, DType dtype, int root) override;
-  WorkPtr scatter(const void* send, void* recv, size_t count, DType dtype, int root) override;
-  WorkPtr reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
-                         ReduceOp op) override;
-  WorkPtr all_to_all(const void* send, void* recv, size_t count, DType dtype) override;
-  WorkPtr all_to_allv(const void* send, std::span<const size_t> send_counts, void* recv,
-                      std::span<const size_t> recv_counts, DType dtype) override;
-  WorkPtr barrier() override;
-
-  WorkPtr isend(const void* data, size_t count, DType dtype, int dst, uint32_t tag) override;
-  WorkPtr irecv(void* data, size_t count, DType dtype, int src, uint32_t tag) override;
-  WorkPtr batch_isend_irecv(std::span<const P2POp> ops) override;
-
   void abort() override;
 
  protected:
   std::shared_ptr<ProcessGroup> make_subgroup(std::shared_ptr<Store> store, int rank, int size,
                                               std::vector<int> global_ranks) override;
 
+  WorkPtr do_all_reduce(uint64_t seq, const void* send, void* recv, size_t count, DType dtype,
+                        ReduceOp op) override;
+  WorkPtr do_broadcast(uint64_t seq, void* data, size_t count, DType dtype, int root) override;
+  WorkPtr do_reduce(uint64_t seq, const void* send, void* recv, size_t count, DType dtype,
+                    ReduceOp op, int root) override;
+  WorkPtr do_all_gather(uint64_t seq, const void* send, void* recv, size_t count,
+                        DType dtype) override;
+  WorkPtr do_all_gatherv(uint64_t seq, const void* send, size_t send_count, void* recv,
+                         std::span<const size_t> recv_counts, DType dtype) override;
+  WorkPtr do_gather(uint64_t seq, const void* send, void* recv, size_t count, DType dtype,
+                    int root) override;
+  WorkPtr do_scatter(uint64_t seq, const void* send, void* recv, size_t count, DType dtype,
+                     int root) override;
+  WorkPtr do_reduce_scatter(uint64_t seq, const void* send, void* recv, size_t count, DType dtype,
+                            ReduceOp op) override;
+  WorkPtr do_all_to_all(uint64_t seq, const void* send, void* recv, size_t count,
+                        DType dtype) override;
+  WorkPtr do_all_to_allv(uint64_t seq, const void* send, std::span<const size_t> send_counts,
+                         void* recv, std::span<const size_t> recv_counts, DType dtype) override;
+  WorkPtr do_barrier(uint64_t seq) override;
+  WorkPtr do_batch_isend_irecv(std::span<const P2POp> ops) override;
+
  private:
-  // Numbers the operation and queues it (op_queue.h).
-  WorkPtr enqueue(const char* op, std::function<void(MPI_Comm)> run);
+  // Queues the operation numbered `seq` (op_queue.h).
+  WorkPtr enqueue(uint64_t seq, const char* op, std::function<void(MPI_Comm)> run);
   void execute(uint64_t seq, Work& work, const std::function<void(MPI_Comm)>& run);
-  void check_root(const char* op, int root) const;
-  void check_peer(const char* op, int peer) const;
 
   MPI_Comm comm_ = MPI_COMM_NULL;  // collectives and user point-to-point
   MPI_Comm ctl_ = MPI_COMM_NULL;   // sub-group creation only

@@ -84,27 +84,13 @@ class RequestWork : public Work {
 
 }  // namespace
 
-WorkPtr MpiProcessGroup::isend(const void* data, size_t count, DType dtype, int dst, uint32_t tag) {
-  P2POp op{P2POp::Kind::kSend, const_cast<void*>(data), count, dtype, dst, tag};
-  return batch_isend_irecv(std::span<const P2POp>(&op, 1));
-}
-
-WorkPtr MpiProcessGroup::irecv(void* data, size_t count, DType dtype, int src, uint32_t tag) {
-  P2POp op{P2POp::Kind::kRecv, data, count, dtype, src, tag};
-  return batch_isend_irecv(std::span<const P2POp>(&op, 1));
-}
-
-WorkPtr MpiProcessGroup::batch_isend_irecv(std::span<const P2POp> ops) {
-  const char* name = ops.size() == 1 ? (ops[0].kind == P2POp::Kind::kSend ? "isend" : "irecv")
-                                     : "batch_isend_irecv";
+WorkPtr MpiProcessGroup::do_batch_isend_irecv(std::span<const P2POp> ops) {
+  const char* name = p2p_name(ops);
   int* tag_ub = nullptr;
   int has_ub = 0;
   check(MPI_Comm_get_attr(comm_, MPI_TAG_UB, &tag_ub, &has_ub), "MPI_Comm_get_attr");
   const int64_t max_tag = has_ub != 0 && tag_ub != nullptr ? *tag_ub : 32767;
   for (const P2POp& op : ops) {
-    check_peer(name, op.peer);
-    TDIST_CHECK(op.data != nullptr || op.count == 0, InvalidArgument, name,
-                ": the buffer is null but the count is ", op.count);
     TDIST_CHECK(op.count <= static_cast<size_t>(INT_MAX), InvalidArgument, name, ": count ",
                 op.count, " exceeds MPI's int range (", INT_MAX, " elements)");
     TDIST_CHECK(static_cast<int64_t>(op.tag) <= max_tag, InvalidArgument, name, ": tag ", op.tag,

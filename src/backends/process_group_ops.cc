@@ -1,0 +1,200 @@
+// ProcessGroup's public operations (process_group.h): the argument checks every backend
+// shares, with their texts, and the numbering of collectives; then the backend's do_*.
+// A check that fails throws InvalidArgument before the backend sees the call.
+#include <cstdint>
+#include <limits>
+#include <mutex>
+
+#include "tdist/error.h"
+#include "tdist/process_group.h"
+
+namespace tdist {
+namespace {
+
+constexpr size_t kMaxSize = std::numeric_limits<size_t>::max();
+
+void check_buffer(const char* op, const char* name, const void* p, size_t count) {
+  TDIST_CHECK(p != nullptr || count == 0, InvalidArgument, op, ": ", name,
+              " is null but the count is ", count);
+}
+
+// A known dtype (one cast from an integer may not be).
+void check_dtype(const char* op, DType dtype) {
+  TDIST_CHECK(dtype_size(dtype) != 0, InvalidArgument, op, ": dtype ", static_cast<int>(dtype),
+              " is not a tdist DType");
+}
+
+// `blocks` blocks of `count` elements of `dtype` must have a size in bytes.
+void check_bytes(const char* op, size_t count, DType dtype, size_t blocks = 1) {
+  check_dtype(op, dtype);
+  TDIST_CHECK(count <= kMaxSize / dtype_size(dtype) / blocks, InvalidArgument, op, ": count ",
+              count, (blocks > 1 ? " per rank" : ""), " of ", dtype_name(dtype),
+              " is too large: the buffer's size in bytes overflows size_t");
+}
+
+// The sum of `counts`, whose bytes must fit in size_t.
+size_t checked_total(const char* op, const char* name, std::span<const size_t> counts,
+                     DType dtype) {
+  check_dtype(op, dtype);
+  const size_t limit = kMaxSize / dtype_size(dtype);
+  size_t total = 0;
+  for (size_t c : counts) {
+    TDIST_CHECK(c <= limit - total, InvalidArgument, op, ": the ", name, " counts of ",
+                dtype_name(dtype), " are too large: their size in bytes overflows size_t");
+    total += c;
+  }
+  return total;
+}
+
+void check_root(const char* op, int root, int size) {
+  TDIST_CHECK(root >= 0 && root < size, InvalidArgument, op, ": root ", root, " is outside 0..",
+              size - 1, " (group of ", size, ")");
+}
+
+void check_peer(const char* op, int peer, int rank, int size) {
+  TDIST_CHECK(peer >= 0 && peer < size, InvalidArgument, op, ": peer ", peer, " is outside 0..",
+              size - 1, " (group of ", size, ")");
+  TDIST_CHECK(peer != rank, InvalidArgument, op, ": rank ", rank,
+              " cannot send to or receive from itself");
+}
+
+}  // namespace
+
+template <typename Call>
+WorkPtr ProcessGroup::numbered(Call&& call) {
+  std::lock_guard<std::mutex> lock(issue_mu_);
+  const uint64_t seq = next_seq_.load(std::memory_order_relaxed);
+  WorkPtr work = call(seq);
+  next_seq_.store(seq + 1, std::memory_order_release);
+  return work;
+}
+
+const char* ProcessGroup::p2p_name(std::span<const P2POp> ops) {
+  if (ops.size() != 1) return "batch_isend_irecv";
+  return ops[0].kind == P2POp::Kind::kSend ? "isend" : "irecv";
+}
+
+WorkPtr ProcessGroup::all_reduce(const void* send, void* recv, size_t count, DType dtype,
+                                 ReduceOp op) {
+  check_bytes("all_reduce", count, dtype);
+  validate(op, dtype);
+  check_buffer("all_reduce", "send", send, count);
+  check_buffer("all_reduce", "recv", recv, count);
+  return numbered([&](uint64_t seq) { return do_all_reduce(seq, send, recv, count, dtype, op); });
+}
+
+WorkPtr ProcessGroup::broadcast(void* data, size_t count, DType dtype, int root) {
+  check_root("broadcast", root, size_);
+  check_bytes("broadcast", count, dtype);
+  check_buffer("broadcast", "data", data, count);
+  return numbered([&](uint64_t seq) { return do_broadcast(seq, data, count, dtype, root); });
+}
+
+WorkPtr ProcessGroup::reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                             int root) {
+  check_bytes("reduce", count, dtype);
+  validate(op, dtype);
+  check_root("reduce", root, size_);
+  check_buffer("reduce", "send", send, count);
+  if (rank_ == root) check_buffer("reduce", "recv", recv, count);
+  return numbered([&](uint64_t seq) { return do_reduce(seq, send, recv, count, dtype, op, root); });
+}
+
+WorkPtr ProcessGroup::all_gather(const void* send, void* recv, size_t count, DType dtype) {
+  check_bytes("all_gather", count, dtype, static_cast<size_t>(size_));
+  check_buffer("all_gather", "send", send, count);
+  check_buffer("all_gather", "recv", recv, count);
+  return numbered([&](uint64_t seq) { return do_all_gather(seq, send, recv, count, dtype); });
+}
+
+WorkPtr ProcessGroup::all_gatherv(const void* send, size_t send_count, void* recv,
+                                  std::span<const size_t> recv_counts, DType dtype) {
+  TDIST_CHECK(recv_counts.size() == static_cast<size_t>(size_), InvalidArgument,
+              "all_gatherv: ", recv_counts.size(), " recv counts given for a group of ", size_);
+  const size_t mine = recv_counts[static_cast<size_t>(rank_)];
+  TDIST_CHECK(mine == send_count, InvalidArgument, "all_gatherv: recv_counts[", rank_, "] is ",
+              mine, " but this rank sends ", send_count);
+  const size_t total = checked_total("all_gatherv", "recv", recv_counts, dtype);
+  check_buffer("all_gatherv", "send", send, send_count);
+  check_buffer("all_gatherv", "recv", recv, total);
+  return numbered([&](uint64_t seq) {
+    return do_all_gatherv(seq, send, send_count, recv, recv_counts, dtype);
+  });
+}
+
+WorkPtr ProcessGroup::gather(const void* send, void* recv, size_t count, DType dtype, int root) {
+  check_root("gather", root, size_);
+  check_bytes("gather", count, dtype, static_cast<size_t>(size_));
+  check_buffer("gather", "send", send, count);
+  if (rank_ == root) check_buffer("gather", "recv", recv, count);
+  return numbered([&](uint64_t seq) { return do_gather(seq, send, recv, count, dtype, root); });
+}
+
+WorkPtr ProcessGroup::scatter(const void* send, void* recv, size_t count, DType dtype, int root) {
+  check_root("scatter", root, size_);
+  check_bytes("scatter", count, dtype, static_cast<size_t>(size_));
+  check_buffer("scatter", "recv", recv, count);
+  if (rank_ == root) check_buffer("scatter", "send", send, count);
+  return numbered([&](uint64_t seq) { return do_scatter(seq, send, recv, count, dtype, root); });
+}
+
+WorkPtr ProcessGroup::reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
+                                     ReduceOp op) {
+  check_bytes("reduce_scatter", count, dtype, static_cast<size_t>(size_));
+  validate(op, dtype);
+  check_buffer("reduce_scatter", "send", send, count);
+  check_buffer("reduce_scatter", "recv", recv, count);
+  return numbered(
+      [&](uint64_t seq) { return do_reduce_scatter(seq, send, recv, count, dtype, op); });
+}
+
+WorkPtr ProcessGroup::all_to_all(const void* send, void* recv, size_t count, DType dtype) {
+  check_bytes("all_to_all", count, dtype, static_cast<size_t>(size_));
+  check_buffer("all_to_all", "send", send, count);
+  check_buffer("all_to_all", "recv", recv, count);
+  return numbered([&](uint64_t seq) { return do_all_to_all(seq, send, recv, count, dtype); });
+}
+
+WorkPtr ProcessGroup::all_to_allv(const void* send, std::span<const size_t> send_counts, void* recv,
+                                  std::span<const size_t> recv_counts, DType dtype) {
+  TDIST_CHECK(send_counts.size() == static_cast<size_t>(size_) &&
+                  recv_counts.size() == static_cast<size_t>(size_),
+              InvalidArgument, "all_to_allv: ", send_counts.size(), " send and ",
+              recv_counts.size(), " recv counts given for a group of ", size_);
+  check_buffer("all_to_allv", "send", send,
+               checked_total("all_to_allv", "send", send_counts, dtype));
+  check_buffer("all_to_allv", "recv", recv,
+               checked_total("all_to_allv", "recv", recv_counts, dtype));
+  return numbered([&](uint64_t seq) {
+    return do_all_to_allv(seq, send, send_counts, recv, recv_counts, dtype);
+  });
+}
+
+WorkPtr ProcessGroup::barrier() {
+  return numbered([&](uint64_t seq) { return do_barrier(seq); });
+}
+
+WorkPtr ProcessGroup::isend(const void* data, size_t count, DType dtype, int dst, uint32_t tag) {
+  const P2POp op{P2POp::Kind::kSend, const_cast<void*>(data), count, dtype, dst, tag};
+  return batch_isend_irecv(std::span<const P2POp>(&op, 1));
+}
+
+WorkPtr ProcessGroup::irecv(void* data, size_t count, DType dtype, int src, uint32_t tag) {
+  const P2POp op{P2POp::Kind::kRecv, data, count, dtype, src, tag};
+  return batch_isend_irecv(std::span<const P2POp>(&op, 1));
+}
+
+WorkPtr ProcessGroup::batch_isend_irecv(std::span<const P2POp> ops) {
+  const char* name = p2p_name(ops);
+  for (const P2POp& op : ops) {
+    TDIST_CHECK(op.kind == P2POp::Kind::kSend || op.kind == P2POp::Kind::kRecv, InvalidArgument,
+                name, ": op kind ", static_cast<int>(op.kind), " is neither send nor recv");
+    check_peer(name, op.peer, rank_, size_);
+    check_bytes(name, op.count, op.dtype);
+    TDIST_CHECK(op.data != nullptr || op.count == 0, InvalidArgument, name,
+                ": the buffer is null but the count is ", op.count);
+  }
+  return do_batch_isend_irecv(ops);
+}
+
+}  // namespace tdist
