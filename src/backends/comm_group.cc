@@ -78,7 +78,7 @@ void CommProcessGroup::execute(uint64_t seq, Work& work,
     return;
   }
   try {
-    coll::Ctx ctx{*comm_, seq, Deadline::after(timeout())};
+    coll::Ctx ctx{*comm_, seq, Deadline::after(timeout()), settings_};
     run(ctx);
     work.finish();
   } catch (...) {

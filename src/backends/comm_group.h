@@ -25,6 +25,7 @@
 
 #include "backends/op_queue.h"
 #include "collectives/context.h"
+#include "collectives/settings.h"
 #include "tdist/process_group.h"
 #include "transport/comm.h"
 
@@ -79,6 +80,8 @@ class CommProcessGroup : public ProcessGroup {
   const std::string backend_;
   const CommFactory factory_;
   std::unique_ptr<transport::Comm> comm_;
+  // TDIST_ALGO and TDIST_CHUNK_BYTES, read once when the group is made.
+  const coll::CollectiveSettings settings_ = coll::CollectiveSettings::from_environment();
   OpQueue ops_;  // after comm_: stopped (drained) in the destructor, before comm_ goes
 };
 
