@@ -47,6 +47,19 @@ uint64_t group_nonce(Store& store, const std::string& key, bool publish, Deadlin
   return nonce;
 }
 
+void throw_setup_timeout(int rank, int size, const std::string& what,
+                         const std::map<int, std::string>& failures, Clock::time_point start,
+                         const std::string& hint) {
+  std::ostringstream list;
+  for (const auto& [peer, why] : failures) {
+    list << (peer == failures.begin()->first ? "" : "; ") << "rank " << peer << ": " << why;
+  }
+  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  TDIST_THROW(TimeoutError, "rank ", rank, ": ", what, " (world size ", size,
+              ") did not finish within ", static_cast<int64_t>(secs * 10 + 0.5) / 10.0,
+              "s; ranks never connected: ", list.str(), hint);
+}
+
 std::vector<std::string> exchange_host_keys(Store& store, int rank, int size,
                                             const std::string& key, Deadline deadline) {
   const auto start = Clock::now();
@@ -58,19 +71,11 @@ std::vector<std::string> exchange_host_keys(Store& store, int rank, int size,
   try {
     values = store.multi_get(keys, deadline);
   } catch (const TimeoutError&) {
-    std::vector<int> missing;
+    std::map<int, std::string> missing;
     for (int r = 0; r < size; ++r) {
-      if (!store.check({keys[r]})) missing.push_back(r);
+      if (!store.check({keys[r]})) missing[r] = "it never connected (no host key in the store)";
     }
-    std::ostringstream list;
-    for (int r : missing) {
-      list << (r == missing.front() ? "" : "; ") << "rank " << r
-           << ": it never connected (published no host key in the store)";
-    }
-    const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-    TDIST_THROW(TimeoutError, "rank ", rank, ": transport setup (world size ", size,
-                ") did not finish within ", static_cast<int64_t>(secs * 10 + 0.5) / 10.0,
-                "s; ranks never connected: ", list.str());
+    throw_setup_timeout(rank, size, "transport setup", missing, start);
   }
   std::vector<std::string> hosts;
   hosts.reserve(values.size());

@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,6 +78,13 @@ std::unique_ptr<Comm> connect_comm(std::shared_ptr<Store> store, int rank, int s
 // with `publish` makes and stores it; the others read it (by `deadline`; PeerError when the
 // key holds something else).
 uint64_t group_nonce(Store& store, const std::string& key, bool publish, Deadline deadline);
+
+// For kinds' setup: the TimeoutError of a setup (`what`, e.g. "TCP transport setup") that
+// started at `start` and did not finish: "rank R: <what> (world size N) did not finish
+// within Xs; ranks never connected: rank P: <why>; ...<hint>".
+[[noreturn]] void throw_setup_timeout(int rank, int size, const std::string& what,
+                                      const std::map<int, std::string>& failures,
+                                      Clock::time_point start, const std::string& hint = {});
 
 // What connect_comm exchanges first: every rank's host key (this rank's is `key`), by rank.
 std::vector<std::string> exchange_host_keys(Store& store, int rank, int size,

@@ -9,18 +9,17 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <thread>
 
 #include "tdist/error.h"
 #include "tdist/logging.h"
 #include "tdist/store.h"
 #include "transport/connect.h"
+#include "transport/hello.h"
 
 namespace tdist::transport::shm {
 namespace {
@@ -31,12 +30,7 @@ constexpr auto kRetryPause = std::chrono::milliseconds(10);
 
 // Both ends are on one host, so the hello is a plain struct in host layout.
 struct Hello {
-  uint32_t magic = kHelloMagic;
-  uint16_t version = kProtocolVersion;
-  uint16_t reserved = 0;
-  uint32_t sender = 0;
-  uint32_t receiver = 0;
-  uint64_t nonce = 0;
+  HelloRoute route{kHelloMagic, kProtocolVersion};
   uint32_t pid = 0;
   uint32_t reserved2 = 0;
   uint64_t capacity = 0;  // data bytes of the ring whose memfd comes with this hello
@@ -164,28 +158,21 @@ struct Incoming {
 
 // Empty when `h` is a valid hello from a rank in [lo, hi] to `receiver`; else why not.
 std::string check_hello(const Incoming& in, uint64_t nonce, int receiver, int lo, int hi) {
-  const Hello& h = in.hello;
   if (in.closed) return "the connection closed before its hello";
-  if (h.magic != kHelloMagic) return "not a tdist shared-memory connection (bad magic)";
-  if (h.version != kProtocolVersion) {
-    return detail::str_cat("protocol version ", h.version, ", expected ", kProtocolVersion);
-  }
-  if (h.nonce != nonce) return "another group's nonce (a stale connection)";
-  if (h.receiver != static_cast<uint32_t>(receiver)) {
-    return detail::str_cat("meant for rank ", h.receiver, ", this is rank ", receiver);
-  }
-  if (h.sender < static_cast<uint32_t>(lo) || h.sender > static_cast<uint32_t>(hi)) {
-    return detail::str_cat("sender rank ", h.sender, " is not in [", lo, ", ", hi, "]");
-  }
+  HelloRoute expected{kHelloMagic, kProtocolVersion};
+  expected.receiver = static_cast<uint32_t>(receiver);
+  expected.nonce = nonce;
+  std::string why = check_route(in.hello.route, expected, lo, hi, "shared-memory transport");
+  if (!why.empty()) return why;
   if (!in.ring) return "no ring memfd came with the hello";
   return {};
 }
 
 Hello hello_to(int rank, int peer, uint64_t nonce, uint64_t capacity) {
   Hello h;
-  h.sender = static_cast<uint32_t>(rank);
-  h.receiver = static_cast<uint32_t>(peer);
-  h.nonce = nonce;
+  h.route.sender = static_cast<uint32_t>(rank);
+  h.route.receiver = static_cast<uint32_t>(peer);
+  h.route.nonce = nonce;
   h.pid = static_cast<uint32_t>(::getpid());
   h.capacity = capacity;
   return h;
@@ -251,8 +238,9 @@ void accept_all(int listen_fd, int rank, int size, const std::vector<bool>& peer
       Incoming in = std::move(pending[i]);
       pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
       std::string why = check_hello(in, nonce, rank, rank + 1, size - 1);
-      if (why.empty() && !peers[in.hello.sender]) why = "not a shared-memory peer of this rank";
-      if (why.empty() && (*links)[in.hello.sender].socket) why = "rank already connected";
+      if (why.empty() && !peers[in.hello.route.sender])
+        why = "not a shared-memory peer of this rank";
+      if (why.empty() && (*links)[in.hello.route.sender].socket) why = "rank already connected";
       Mapping recv;
       if (why.empty()) recv = map_ring(in.ring.get(), in.hello.capacity, &why);
       if (!why.empty()) {
@@ -260,7 +248,7 @@ void accept_all(int listen_fd, int rank, int size, const std::vector<bool>& peer
                          << ": rejected a connection: " << why;
         continue;
       }
-      const int peer = static_cast<int>(in.hello.sender);
+      const int peer = static_cast<int>(in.hello.route.sender);
       net::Fd ring_fd;
       Mapping send = create_ring(capacity, &ring_fd);
       try {
@@ -323,15 +311,8 @@ std::vector<PeerLink> link_peers(Store& store, int rank, int size, const std::ve
     if (peers[peer] && !links[peer].socket) failures[peer] = "it never connected to this rank";
   }
   if (failures.empty()) return links;
-  std::ostringstream list;
-  for (const auto& [peer, why] : failures) {
-    list << (peer == failures.begin()->first ? "" : "; ") << "rank " << peer << ": " << why;
-  }
-  double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  TDIST_THROW(TimeoutError, "rank ", rank, ": shared-memory transport setup (world size ", size,
-              ") did not finish within ", std::round(secs * 10) / 10,
-              "s; ranks never connected: ", list.str(),
-              " (all ranks must run on one host, in one network namespace)");
+  throw_setup_timeout(rank, size, "shared-memory transport setup", failures, start,
+                      " (all ranks must run on one host, in one network namespace)");
 }
 
 std::string host_key() {

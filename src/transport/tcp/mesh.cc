@@ -7,7 +7,6 @@
 #include <atomic>
 #include <cstring>
 #include <map>
-#include <sstream>
 #include <thread>
 
 #include "net/address.h"
@@ -16,6 +15,7 @@
 #include "tdist/logging.h"
 #include "tdist/store.h"
 #include "transport/connect.h"
+#include "transport/hello.h"
 
 namespace tdist::transport::tcp {
 namespace {
@@ -27,14 +27,20 @@ constexpr auto kAcceptPollSlice = std::chrono::milliseconds(50);
 constexpr auto kRetryPause = std::chrono::milliseconds(20);
 
 struct Hello {
-  uint32_t magic = kHelloMagic;
-  uint16_t version = kProtocolVersion;
+  HelloRoute route{kHelloMagic, kProtocolVersion};
   uint8_t lane = 0;
   uint8_t nsocks = 1;
-  uint32_t sender = 0;
-  uint32_t receiver = 0;
-  uint64_t group_id = 0;
 };
+
+Hello hello_to(int sender, int receiver, uint64_t group_id, size_t lane, size_t nsocks) {
+  Hello h;
+  h.route.sender = static_cast<uint32_t>(sender);
+  h.route.receiver = static_cast<uint32_t>(receiver);
+  h.route.nonce = group_id;
+  h.lane = static_cast<uint8_t>(lane);
+  h.nsocks = static_cast<uint8_t>(nsocks);
+  return h;
+}
 
 template <typename T>
 void put(uint8_t* out, T value) {
@@ -51,50 +57,38 @@ T take(const uint8_t* in) {
 // Little-endian: magic(4) version(2) lane(1) nsocks(1) sender(4) receiver(4) group_id(8).
 void encode(const Hello& h, uint8_t* out) {
   std::memset(out, 0, kHelloBytes);
-  put(out, h.magic);
-  put(out + 4, h.version);
+  put(out, h.route.magic);
+  put(out + 4, h.route.version);
   out[6] = h.lane;
   out[7] = h.nsocks;
-  put(out + 8, h.sender);
-  put(out + 12, h.receiver);
-  put(out + 16, h.group_id);
+  put(out + 8, h.route.sender);
+  put(out + 12, h.route.receiver);
+  put(out + 16, h.route.nonce);
 }
 
 Hello decode(const uint8_t* in) {
   Hello h;
-  h.magic = take<uint32_t>(in);
-  h.version = take<uint16_t>(in + 4);
+  h.route.magic = take<uint32_t>(in);
+  h.route.version = take<uint16_t>(in + 4);
   h.lane = in[6];
   h.nsocks = in[7];
-  h.sender = take<uint32_t>(in + 8);
-  h.receiver = take<uint32_t>(in + 12);
-  h.group_id = take<uint64_t>(in + 16);
+  h.route.sender = take<uint32_t>(in + 8);
+  h.route.receiver = take<uint32_t>(in + 12);
+  h.route.nonce = take<uint64_t>(in + 16);
   return h;
 }
 
 // Empty when `h` is a valid hello from `sender_lo..sender_hi` to `receiver`; else why not.
 std::string check_hello(const Hello& h, uint64_t group_id, size_t nsocks, int receiver,
                         int sender_lo, int sender_hi) {
-  if (h.magic != kHelloMagic) return "not a tdist TCP transport connection (bad magic)";
-  if (h.version != kProtocolVersion) {
-    return detail::str_cat("protocol version ", h.version, ", expected ", kProtocolVersion);
-  }
-  if (h.group_id != group_id) {
-    return detail::str_cat("group id ", h.group_id, " is not this group's ", group_id,
-                           " (a stale connection from another group or attempt)");
-  }
+  std::string why = check_route(h.route, hello_to(0, receiver, group_id, 0, nsocks).route,
+                                sender_lo, sender_hi, "TCP transport");
+  if (!why.empty()) return why;
   if (h.nsocks != nsocks) {
     return detail::str_cat("it uses ", int{h.nsocks}, " sockets per peer, this rank ", nsocks,
                            " (TDIST_SOCKET_NSOCKS_PERPEER must agree on every rank)");
   }
   if (h.lane >= nsocks) return detail::str_cat("socket index ", int{h.lane}, " out of range");
-  if (h.receiver != static_cast<uint32_t>(receiver)) {
-    return detail::str_cat("meant for rank ", h.receiver, ", this is rank ", receiver);
-  }
-  if (h.sender < static_cast<uint32_t>(sender_lo) || h.sender > static_cast<uint32_t>(sender_hi)) {
-    return detail::str_cat("sender rank ", h.sender, " is not in [", sender_lo, ", ", sender_hi,
-                           "]");
-  }
   return {};
 }
 
@@ -178,10 +172,10 @@ class Acceptor {
     if (p->got < kHelloBytes) return false;
     Hello h = decode(p->hello);
     std::string why = check_hello(h, group_id_, nsocks_, rank_, rank_ + 1, size_ - 1);
-    if (why.empty() && !peers_[h.sender]) {
-      why = detail::str_cat("rank ", h.sender, " is reached by another kind of channel");
+    if (why.empty() && !peers_[h.route.sender]) {
+      why = detail::str_cat("rank ", h.route.sender, " is reached by another kind of channel");
     }
-    if (why.empty() && (*sockets_)[h.sender].fds[h.lane]) {
+    if (why.empty() && (*sockets_)[h.route.sender].fds[h.lane]) {
       why = "rank already connected on this socket index (duplicate)";
     }
     if (!why.empty()) {
@@ -190,21 +184,16 @@ class Acceptor {
       return true;
     }
     uint8_t reply[kHelloBytes];
-    encode(Hello{.lane = h.lane,
-                 .nsocks = static_cast<uint8_t>(nsocks_),
-                 .sender = static_cast<uint32_t>(rank_),
-                 .receiver = h.sender,
-                 .group_id = group_id_},
-           reply);
+    encode(hello_to(rank_, static_cast<int>(h.route.sender), group_id_, h.lane, nsocks_), reply);
     try {
       net::write_full(p->fd.get(), reply, kHelloBytes, deadline_, peer);
     } catch (const Error& e) {
-      TDIST_LOG(kWarn) << "TCP transport rank " << rank_ << ": hello to rank " << h.sender
+      TDIST_LOG(kWarn) << "TCP transport rank " << rank_ << ": hello to rank " << h.route.sender
                        << " failed: " << e.what();
       return true;
     }
-    (*sockets_)[h.sender].fds[h.lane] = std::move(p->fd);
-    (*sockets_)[h.sender].address = peer;
+    (*sockets_)[h.route.sender].fds[h.lane] = std::move(p->fd);
+    (*sockets_)[h.route.sender].address = peer;
     --*missing;
     return true;
   }
@@ -239,12 +228,7 @@ std::string connect_to(Store& store, int rank, int peer, uint64_t group_id, size
       try {
         net::Fd fd = net::connect_tcp(hp.host, hp.port, deadline);
         uint8_t hello[kHelloBytes];
-        encode(Hello{.lane = static_cast<uint8_t>(lane),
-                     .nsocks = static_cast<uint8_t>(nsocks),
-                     .sender = static_cast<uint32_t>(rank),
-                     .receiver = static_cast<uint32_t>(peer),
-                     .group_id = group_id},
-               hello);
+        encode(hello_to(rank, peer, group_id, lane, nsocks), hello);
         net::write_full(fd.get(), hello, kHelloBytes, deadline, address);
         net::read_full(fd.get(), hello, kHelloBytes, deadline, address);
         Hello reply = decode(hello);
@@ -303,14 +287,7 @@ std::vector<PeerSocket> build_mesh(Store& store, int rank, int size, const std::
     }
   }
   if (failures.empty()) return sockets;
-  std::ostringstream list;
-  for (const auto& [peer, why] : failures) {
-    list << (peer == failures.begin()->first ? "" : "; ") << "rank " << peer << ": " << why;
-  }
-  double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  TDIST_THROW(TimeoutError, "rank ", rank, ": TCP transport setup (world size ", size,
-              ") did not finish within ", static_cast<int64_t>(secs * 10 + 0.5) / 10.0,
-              "s; ranks never connected: ", list.str());
+  throw_setup_timeout(rank, size, "TCP transport setup", failures, start);
 }
 
 }  // namespace tdist::transport::tcp
