@@ -193,7 +193,9 @@ TEST_P(CommFailureTest, AbortWakesAWaiterOfTheSameComm) {
 }
 
 TEST_P(CommFailureTest, PeerDestroyedWhileAReceiveFromItIsPendingIsPeerError) {
-  auto [c0, c1] = connect_pair();
+  auto pair = connect_pair();
+  auto& c0 = pair.first;
+  auto& c1 = pair.second;
   uint64_t x = 0;
   auto req = c0->irecv(1, 4, &x, 8);
   c1.reset();  // clean destroy, but rank 0 still waits for it
@@ -202,7 +204,9 @@ TEST_P(CommFailureTest, PeerDestroyedWhileAReceiveFromItIsPendingIsPeerError) {
 }
 
 TEST_P(CommFailureTest, SendThatCannotGoOutToADestroyedPeerIsPeerError) {
-  auto [c0, c1] = connect_pair();
+  auto pair = connect_pair();
+  auto& c0 = pair.first;
+  auto& c1 = pair.second;
   c1.reset();
   const auto big = pattern(2, size_t{8} << 20);  // more than any buffer holds
   EXPECT_THROW(c0->isend(1, 1, big.data(), big.size())->wait(Deadline::after(5s)), PeerError);
@@ -211,7 +215,9 @@ TEST_P(CommFailureTest, SendThatCannotGoOutToADestroyedPeerIsPeerError) {
 // What a peer sent before destroying its Comm is still received afterwards; a receive
 // after that can never complete, and says why.
 TEST_P(CommFailureTest, MessagesSentBeforeACleanDestroyAreStillDelivered) {
-  auto [c0, c1] = connect_pair();
+  auto pair = connect_pair();
+  auto& c0 = pair.first;
+  auto& c1 = pair.second;
   const auto small = pattern(1, 100);
   c1->isend(0, 1, small.data(), small.size())->wait(Deadline::after(5s));
   c1.reset();
