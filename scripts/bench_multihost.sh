@@ -3,8 +3,11 @@
 # hosts x RANKS ranks each, one tdistrun agent per host, tdist-bench in every rank, once
 # with the `auto` backend (shared memory inside a host, TCP between hosts, hierarchical
 # algorithms) and once with `tcp` (flat TCP between every pair), side by side.
+# RATE (e.g. 2gbit) shapes each host's link with tc's token bucket, as a real network between
+# hosts is slower than memory inside one; without it the hosts' veth link copies as fast as
+# shared memory, and only TCP's own overhead separates the two.
 # Needs root and a build (scripts/build.sh). Usage:
-#   bash scripts/bench_multihost.sh [HOSTS] [RANKS] [MIN_BYTES] [MAX_BYTES] [ITERS]
+#   [RATE=2gbit] bash scripts/bench_multihost.sh [HOSTS] [RANKS] [MIN_BYTES] [MAX_BYTES] [ITERS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 hosts=${1:-2}
@@ -21,9 +24,14 @@ prefix="tdbm$$"
 trap '"$netns" teardown "$prefix" >/dev/null 2>&1 || true' EXIT
 "$netns" setup "$prefix" "$hosts"
 master=$("$netns" addr "$prefix" 0)
+if [[ -n ${RATE:-} ]]; then
+  for ((i = 0; i < hosts; i++)); do
+    ip netns exec "$prefix-$i" tc qdisc add dev eth0 root tbf rate "$RATE" burst 1mb latency 100ms
+  done
+fi
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 for backend in auto tcp; do
-  echo "## $backend, $hosts hosts x $ranks ranks"
+  echo "## $backend, $hosts hosts x $ranks ranks${RATE:+, links shaped to $RATE}"
   pids=()
   for ((i = 0; i < hosts; i++)); do
     out=/dev/null
