@@ -52,15 +52,6 @@ constexpr Algorithm kLinearAlgos[] = {Algorithm::kLinear};
 constexpr Algorithm kPairwiseAlgos[] = {Algorithm::kPairwise};
 constexpr Algorithm kBarrierAlgos[] = {Algorithm::kDissemination, Algorithm::kHierarchical};
 
-std::string join_names(std::span<const Algorithm> algos) {
-  std::string out;
-  for (Algorithm a : algos) {
-    if (!out.empty()) out += ", ";
-    out += algorithm_name(a);
-  }
-  return out;
-}
-
 bool has_hierarchical(Collective c) {
   for (Algorithm a : algorithms_for(c)) {
     if (a == Algorithm::kHierarchical) return true;
@@ -157,6 +148,15 @@ std::span<const Algorithm> algorithms_for(Collective c) {
   return {};
 }
 
+std::string algorithm_names(Collective c) {
+  std::string out;
+  for (Algorithm a : algorithms_for(c)) {
+    if (!out.empty()) out += ", ";
+    out += algorithm_name(a);
+  }
+  return out;
+}
+
 Algorithm select_algorithm(Collective c, size_t bytes, int world, int num_hosts,
                            Algorithm requested, Algorithm forced) {
   if (requested != Algorithm::kAuto) {
@@ -164,7 +164,7 @@ Algorithm select_algorithm(Collective c, size_t bytes, int world, int num_hosts,
       if (a == requested) return a;
     }
     TDIST_THROW(InvalidArgument, collective_name(c), " cannot run algorithm ",
-                algorithm_name(requested), "; valid: ", join_names(algorithms_for(c)));
+                algorithm_name(requested), "; valid: ", algorithm_names(c));
   }
   if (forced != Algorithm::kAuto) return forced;
   if (num_hosts > 1 && num_hosts < world && has_hierarchical(c)) return Algorithm::kHierarchical;

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 
 namespace tdist::coll {
@@ -60,6 +61,8 @@ std::string_view algorithm_name(Algorithm a);
 
 // The algorithms that can run `c` (kAuto excluded), the first being the simplest.
 std::span<const Algorithm> algorithms_for(Collective c);
+// Their names, joined by ", " (for error messages).
+std::string algorithm_names(Collective c);
 
 // The algorithm to run `c` on `bytes` (the per-rank message: the whole vector for
 // all_reduce, broadcast and reduce; the largest block for the gathers and scatters)

@@ -9,15 +9,6 @@
 namespace tdist::coll {
 namespace {
 
-std::string join_names(std::span<const Algorithm> algos) {
-  std::string out;
-  for (Algorithm a : algos) {
-    if (!out.empty()) out += ", ";
-    out += algorithm_name(a);
-  }
-  return out;
-}
-
 std::string collective_names() {
   std::string out;
   for (Collective c : kAllCollectives) {
@@ -32,7 +23,7 @@ Algorithm parse_for(Collective c, std::string_view name) {
     if (algorithm_name(a) == name) return a;
   }
   TDIST_THROW(InvalidArgument, "TDIST_ALGO: '", name, "' is not an algorithm for ",
-              collective_name(c), "; valid: ", join_names(algorithms_for(c)));
+              collective_name(c), "; valid: ", algorithm_names(c));
 }
 
 Collective parse_collective(std::string_view name) {

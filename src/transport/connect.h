@@ -38,8 +38,8 @@ class ChannelKind {
  public:
   virtual ~ChannelKind() = default;
   virtual const char* name() const = 0;
-  // Checks this kind's settings before anything is exchanged (e.g. the TCP interface),
-  // throwing what a bad setting deserves; may keep what it found for connect().
+  // Called first, before anything is exchanged: checks this kind's settings (e.g. the TCP
+  // interface), throwing what a bad setting deserves, and keeps what connect() needs.
   virtual void prepare(Store& store) { (void)store; }
   // Whether a channel of this kind can join ranks whose host keys are `a` and `b`.
   // Symmetric: every rank must reach the same answer for a pair.

@@ -198,8 +198,10 @@ Progress Engine::progress_pass() {
 
 bool Engine::sleep(Deadline deadline) {
   driver_sleeping_.store(true);
-  std::vector<pollfd> fds{{wake_.get(), POLLIN, 0}};
-  std::vector<size_t> first(peers_.size(), 0);
+  std::vector<pollfd>& fds = poll_fds_;
+  std::vector<size_t>& first = poll_first_;
+  fds.assign(1, {wake_.get(), POLLIN, 0});
+  first.assign(peers_.size(), 0);
   for (size_t r = 0; r < peers_.size(); ++r) {
     first[r] = fds.size();
     if (peers_[r]) peers_[r]->prepare_sleep(&fds);

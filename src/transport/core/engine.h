@@ -22,6 +22,8 @@
 // channels down. Destruction flushes queued sends (up to 2 s), says goodbye, closes.
 #pragma once
 
+#include <poll.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <exception>
@@ -79,6 +81,10 @@ class Engine final : public Comm {
   std::vector<std::unique_ptr<Peer>> peers_;  // by rank; null at rank_
   net::Fd wake_;                              // eventfd: wakes a sleeping driver
   std::atomic<bool> driver_sleeping_{false};
+  // The driver's poll set (eventfd, then every peer's lanes) and where each peer's part
+  // starts; reused by every sleep, touched only by the driver.
+  std::vector<pollfd> poll_fds_;
+  std::vector<size_t> poll_first_;
   std::atomic<bool> aborted_{false};
   std::atomic<bool> destroying_{false};
 

@@ -23,10 +23,9 @@ class TcpKind final : public ChannelKind {
 
   ChannelTable connect(Store& store, int rank, int size, const std::vector<bool>& peers, int first,
                        Deadline deadline) const override {
-    const std::string ip = ip_.empty() ? tcp::choose_local_ip(&store, options_.ifname) : ip_;
     const size_t nsocks = static_cast<size_t>(
         std::clamp<int>(options_.nsocks_per_peer, 1, static_cast<int>(kMaxSocketsPerPeer)));
-    auto sockets = tcp::build_mesh(store, rank, size, peers, first, ip, nsocks, deadline);
+    auto sockets = tcp::build_mesh(store, rank, size, peers, first, ip_, nsocks, deadline);
     ChannelTable table(static_cast<size_t>(size));
     for (int peer = 0; peer < size; ++peer) {
       if (!peers[peer]) continue;
@@ -40,7 +39,7 @@ class TcpKind final : public ChannelKind {
 
  private:
   TcpCommOptions options_;
-  std::string ip_;  // the local address prepare() chose
+  std::string ip_;  // the local address prepare() chose (connect_comm calls it first)
 };
 
 }  // namespace
