@@ -60,20 +60,10 @@ begin() {
 
 # Nothing of the scenario may outlive it: every namespace must be empty within 3 s.
 check_nothing_left() {
-  local i pids
-  for ((i = 0; i < nhosts; i++)); do
-    for _ in {1..30}; do
-      pids=$(ip netns pids "$prefix-$i" 2>/dev/null || true)
-      [[ -z $pids ]] && break
-      sleep 0.1
-    done
-    if [[ -n $pids ]]; then
-      # shellcheck disable=SC2086  # one pid per word
-      problem "left behind in host $i: $(ps -o pid=,args= -p "${pids//$'\n'/,}" | tr '\n' ';')"
-      # shellcheck disable=SC2086
-      kill -KILL $pids 2>/dev/null || true
-    fi
-  done
+  local line
+  while IFS= read -r line; do
+    problem "left behind in $line"
+  done < <("$netns" leftovers "$prefix" || true)
 }
 
 # end TITLE: the scenario's PASS/FAIL line; on failure what went wrong and the stderr of

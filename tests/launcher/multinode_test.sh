@@ -98,20 +98,10 @@ alive() {
 # killed by PDEATHSIG go a moment after their agent). Leftovers are reported and killed,
 # so the next scenario starts clean.
 check_nothing_left() {
-  local i pids
-  for i in 0 1 2; do
-    for _ in {1..30}; do
-      pids=$(ip netns pids "$prefix-$i" 2>/dev/null || true)
-      [[ -z $pids ]] && break
-      sleep 0.1
-    done
-    if [[ -n $pids ]]; then
-      # shellcheck disable=SC2086  # one pid per word
-      problem "left behind in host $i: $(ps -o pid=,args= -p "${pids//$'\n'/,}" | tr '\n' ';')"
-      # shellcheck disable=SC2086
-      kill -KILL $pids 2>/dev/null || true
-    fi
-  done
+  local line
+  while IFS= read -r line; do
+    problem "left behind in $line"
+  done < <("$netns" leftovers "$prefix" || true)
 }
 
 # end TITLE: the scenario's PASS/FAIL line; on failure, what went wrong and the agents'

@@ -13,6 +13,9 @@
 #                                  removes what it made and exits 1
 #   netns.sh exec PREFIX I CMD...  runs CMD in host I (exec: CMD keeps this pid)
 #   netns.sh addr PREFIX I         prints host I's address
+#   netns.sh leftovers PREFIX      waits up to 3 s for every host to be empty; prints one
+#                                  line per host that is not ("host I: PID ARGS;...") and
+#                                  kills what is left there; exit 0 when nothing was left
 #   netns.sh teardown PREFIX       kills every process left in PREFIX's namespaces, then
 #                                  removes them; idempotent, exit 0 when nothing is left
 #
@@ -129,7 +132,27 @@ cmd_teardown() {
   [[ -z $(namespaces_of "$1") ]] || die "could not remove all namespaces of $1"
 }
 
-usage="check | setup PREFIX N | exec PREFIX I CMD... | addr PREFIX I | teardown PREFIX"
+cmd_leftovers() {
+  (($# == 1)) || die "usage: netns.sh leftovers PREFIX"
+  check_prefix "$1"
+  local ns pids status=0
+  for ns in $(namespaces_of "$1"); do
+    [[ $ns == "$1-hub" ]] && continue
+    for _ in {1..30}; do
+      pids=$(ip netns pids "$ns" 2>/dev/null || true)
+      [[ -z $pids ]] && break
+      sleep 0.1
+    done
+    [[ -z $pids ]] && continue
+    status=1
+    echo "host ${ns##*-}: $(ps -o pid=,args= -p "${pids//$'\n'/,}" | tr '\n' ';')"
+    # shellcheck disable=SC2086  # one pid per word
+    kill -KILL $pids 2>/dev/null || true
+  done
+  return $status
+}
+
+usage="check | setup PREFIX N | exec PREFIX I CMD... | addr PREFIX I | leftovers PREFIX | teardown PREFIX"
 (($# >= 1)) || die "usage: netns.sh $usage"
 command=$1
 shift
@@ -138,6 +161,7 @@ case $command in
   setup) cmd_setup "$@" ;;
   exec) cmd_exec "$@" ;;
   addr) cmd_addr "$@" ;;
+  leftovers) cmd_leftovers "$@" ;;
   teardown) cmd_teardown "$@" ;;
   *) die "unknown command '$command'; usage: netns.sh $usage" ;;
 esac
