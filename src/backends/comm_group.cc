@@ -12,6 +12,12 @@
 namespace tdist::backends {
 namespace {
 
+// How long the worker leaves a new operation to its caller: `all_reduce(...)->wait()` from
+// C++, or torch.distributed's synchronous calls through Python, claim it well within this,
+// and then run it on their own thread with no hand-off. Work nobody waits on starts this
+// much later, which the compute it overlaps with (DDP's backward) hides.
+constexpr std::chrono::microseconds kClaimDelay(200);
+
 size_t bytes_of(size_t count, DType dtype) { return count * dtype_size(dtype); }
 
 size_t total(std::span<const size_t> counts) {
@@ -49,7 +55,7 @@ CommProcessGroup::CommProcessGroup(std::string backend, CommFactory factory,
       backend_(std::move(backend)),
       factory_(std::move(factory)),
       comm_(factory_(this->store(), rank, size, timeout)),
-      ops_(std::chrono::microseconds(0), timeout) {
+      ops_(kClaimDelay, timeout) {
   TDIST_CHECK(comm_ != nullptr, Error, backend_, ": the transport factory returned null");
 }
 

@@ -1,7 +1,19 @@
 // OpQueue and QueuedWork (op_queue.h).
 #include "backends/op_queue.h"
 
+#include "transport/polling.h"
+
 namespace tdist::backends {
+namespace {
+
+using std::chrono::steady_clock;
+
+// While operations come in, the worker looks at the queue this often on its own (a push
+// does not wake it); after kLinger without any, it sleeps until a push wakes it.
+constexpr auto kTick = std::chrono::milliseconds(1);
+constexpr auto kLinger = std::chrono::seconds(1);
+
+}  // namespace
 
 OpQueue::OpQueue(std::chrono::microseconds claim_delay, std::chrono::milliseconds longest_op)
     : claim_delay_(claim_delay), longest_op_(longest_op), worker_([this] { run_worker(); }) {}
@@ -18,11 +30,18 @@ void OpQueue::stop() {
 }
 
 void OpQueue::push(uint64_t seq, WorkPtr work, Op op) {
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(Task{seq, std::move(work), std::move(op), std::chrono::steady_clock::now()});
+    const auto now = steady_clock::now();
+    queue_.push_back(Task{seq, std::move(work), std::move(op), now});
+    last_push_ = now;
+    // A ticking worker finds the task by itself: no wake-up (a futex wake and a context
+    // switch, more than the whole of a small collective) on the path of a caller that
+    // runs its operation itself.
+    wake = worker_idle_ || claim_delay_.count() == 0;
   }
-  cv_.notify_one();
+  if (wake) cv_.notify_one();
 }
 
 void OpQueue::run_front(std::unique_lock<std::mutex>& lock) {
@@ -33,24 +52,34 @@ void OpQueue::run_front(std::unique_lock<std::mutex>& lock) {
   task.op(task.seq);
   lock.lock();
   running_ = false;
+  // Callers waiting to run their own operation; the worker when more is queued.
+  if (run_waiters_ > 0 || stopping_ || (!queue_.empty() && worker_idle_)) cv_.notify_all();
 }
 
 void OpQueue::run_worker() {
+  const transport::BackgroundThread background;  // never polls: it serves work nobody waits on
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    cv_.wait(lock, [this] { return !running_ && (stopping_ || !queue_.empty()); });
-    if (queue_.empty()) return;  // stopping and drained
-    // A caller that waits at once runs its operation itself, without a hand-off: leave a
-    // new operation alone for claim_delay_ (unless stopping).
-    const uint64_t seq = queue_.front().seq;
-    const auto ready = queue_.front().queued + claim_delay_;
-    if (!stopping_ && std::chrono::steady_clock::now() < ready) {
-      cv_.wait_until(lock, ready, [&] {
-        return stopping_ || running_ || queue_.empty() || queue_.front().seq != seq;
-      });
-      continue;  // look again: a caller may have taken it or be running something
+    if (queue_.empty() && stopping_) return;  // drained
+    const auto now = steady_clock::now();
+    if (!running_ && !queue_.empty()) {
+      // A caller that waits at once runs its operation itself, without a hand-off: leave a
+      // new operation alone for claim_delay_ (unless stopping).
+      const auto ready = queue_.front().queued + claim_delay_;
+      if (stopping_ || now >= ready) {
+        run_front(lock);
+      } else {
+        cv_.wait_until(lock, ready);
+      }
+      continue;
     }
-    run_front(lock);
+    if (now - last_push_ < kLinger) {
+      cv_.wait_for(lock, kTick);
+    } else {
+      worker_idle_ = true;
+      cv_.wait(lock);
+      worker_idle_ = false;
+    }
   }
 }
 
@@ -62,10 +91,17 @@ void OpQueue::run_until(const Work* work) {
     }
     return false;
   };
-  while (!running_ && queued()) run_front(lock);
-  const bool more = !queue_.empty() || stopping_;
-  lock.unlock();
-  if (more) cv_.notify_all();  // the worker may be waiting for running_ to clear
+  // An operation running on another thread comes first (order); then this caller runs
+  // the queue up to its own, unless the worker took that meanwhile.
+  while (queued()) {
+    if (running_) {
+      ++run_waiters_;
+      cv_.wait(lock, [&] { return !running_ || !queued(); });
+      --run_waiters_;
+      continue;
+    }
+    run_front(lock);
+  }
 }
 
 void QueuedWork::poll(Deadline deadline) {

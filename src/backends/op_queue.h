@@ -5,7 +5,13 @@
 // QueuedWork is the Work of such an operation: waiting on it helps run the queue.
 //
 // claim_delay: how long the worker leaves a newly queued operation to a caller that may
-// wait on it at once (0: the worker takes it at once). longest_op: how long one operation
+// wait on it at once (0: the worker takes it at once). A push does not wake the worker
+// while operations keep coming: the worker then looks at the queue every millisecond by
+// itself, so a caller that runs its own operation pays no wake-up; after a second with no
+// push it sleeps until the next push wakes it (an idle group costs no CPU). An operation
+// nobody waits on thus starts within claim_delay plus a millisecond. The worker is a background
+// thread (transport/polling.h): it sleeps while it waits; a caller running its own operation may
+// poll. longest_op: how long one operation
 // can block; a caller helps only when it is willing to wait that long (operations cannot
 // stop at a caller's shorter deadline), else it just sleeps until the Work finishes.
 // Thread-safety: push and run_until may be called from any thread. Operations must finish
@@ -39,8 +45,9 @@ class OpQueue {
   // Queues `op`, the group's operation number `seq` (ProcessGroup numbers them; pushes
   // come in increasing seq order), which runs as op(seq); `work` is the Work it finishes.
   void push(uint64_t seq, WorkPtr work, Op op);
-  // Runs queued operations on the calling thread, in order, until `work`'s has run;
-  // returns at once when another thread is running one (the caller then just waits).
+  // Runs queued operations on the calling thread, in order, until `work`'s has run. When
+  // another thread is running one, waits for it to end first; returns as soon as `work`'s
+  // operation is no longer queued (this thread ran it, or another took it).
   void run_until(const Work* work);
   // Lets queued operations finish and joins the worker; idempotent.
   void stop();
@@ -63,9 +70,12 @@ class OpQueue {
   const std::chrono::milliseconds longest_op_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Task> queue_;  // guarded by mu_
-  bool stopping_ = false;   // guarded by mu_
-  bool running_ = false;    // an operation is executing; guarded by mu_
+  std::deque<Task> queue_;    // guarded by mu_
+  bool stopping_ = false;     // guarded by mu_
+  bool running_ = false;      // an operation is executing; guarded by mu_
+  int run_waiters_ = 0;       // callers of run_until waiting for running_ to clear; mu_
+  bool worker_idle_ = false;  // the worker sleeps until woken (no tick); guarded by mu_
+  std::chrono::steady_clock::time_point last_push_;  // guarded by mu_
   std::thread worker_;
 };
 

@@ -34,6 +34,9 @@ constexpr auto kSettings = std::to_array<Setting>({
      "engine of the Python torch.distributed backend \"tdist\" when its options name none: "
      "auto, tcp or shm"},
     {"TDIST_LOG_LEVEL", "warn", "log level: trace, debug, info, warn, error or off"},
+    {"TDIST_POLL_US", "1000",
+     "longest a thread waiting on a transport polls before it sleeps, in microseconds (adaptive "
+     "below it); polling happens only with a core per local rank; 0 = always sleep at once"},
     {"TDIST_REDUCE_ISA", "auto",
      "reduction kernels to use: auto (best the CPU has), avx512, avx2, sse4 or scalar"},
     {"TDIST_SHM_RING_BYTES", "1048576",

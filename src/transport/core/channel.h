@@ -55,6 +55,10 @@ class Channel {
 
   virtual bool readable() = 0;
   virtual bool writable() = 0;
+  // Polling (transport/polling.h): forget cached readiness, so that the next readable()
+  // and writable() let the core try the pipe itself (for a socket: one failed syscall).
+  // Channels whose readable()/writable() look at the pipe directly need nothing.
+  virtual void refresh() {}
 
   // Sleeping (see above). want_write: this rank waits for room to write.
   virtual void arm(bool want_write) = 0;

@@ -2,6 +2,7 @@
 #include "transport/core/engine.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -17,6 +18,16 @@ namespace {
 
 // How long destruction may spend flushing sends and saying goodbye.
 constexpr auto kCloseTimeout = std::chrono::seconds(2);
+// A polling driver yields its core this often.
+constexpr auto kPollYieldEvery = std::chrono::microseconds(50);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
 
 std::string what_of(const std::exception_ptr& error) {
   try {
@@ -182,7 +193,47 @@ bool Engine::drive(Done done, Deadline deadline) {
     if (done()) return true;
     if (aborted_.load()) return done();
     if (progress.moved) continue;
+    if (poll_channels(done, deadline)) continue;
     if (!sleep(deadline)) return done();
+  }
+}
+
+int Engine::local_ranks() const {
+  const Topology& topo = topology();
+  if (!topo.known()) return size_;
+  return static_cast<int>(topo.ranks_on(topo.host_of[static_cast<size_t>(rank_)]).size());
+}
+
+template <typename Done>
+bool Engine::poll_channels(Done done, Deadline deadline) {
+  if (on_background_thread()) return false;
+  if (!poll_budget_) poll_budget_.emplace(poll_limit(local_ranks()));
+  const auto budget = poll_budget_->current();
+  if (budget.count() <= 0) return false;
+  const auto start = Clock::now();
+  auto end = start + std::chrono::duration_cast<Clock::duration>(budget);
+  if (!deadline.is_never() && deadline.time() < end) end = deadline.time();
+  auto yield_at = start + kPollYieldEvery;
+  while (true) {
+    for (auto& peer : peers_) {
+      if (peer) peer->refresh();
+    }
+    Progress progress = progress_pass();
+    if (progress.completed > 0) notify_waiters();
+    if (progress.moved || progress.completed > 0 || done() || aborted_.load()) {
+      poll_budget_->found();
+      return true;
+    }
+    cpu_relax();
+    const auto now = Clock::now();
+    if (now >= end) {
+      poll_budget_->missed();
+      return false;
+    }
+    if (now >= yield_at) {  // let a thread that shares this core run now and then
+      ::sched_yield();
+      yield_at = now + kPollYieldEvery;
+    }
   }
 }
 

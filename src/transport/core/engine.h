@@ -12,9 +12,12 @@
 // or the driver leaves (one of them then takes over). A pending send therefore progresses
 // only while some thread of the receiving process waits on its Comm; CommProcessGroup's
 // worker always waits, so collectives are fine.
-// Sleeping: a driver that can move nothing arms every channel, fences, re-checks, then
-// blocks in poll() on every channel's descriptor plus an eventfd (isend queuing work
-// while it sleeps, or abort, write to it) until its deadline. Nothing spins.
+// Poll, then sleep (transport/polling.h): a driver that can move nothing first polls every
+// channel for an adaptive, bounded time when it may (a thread that waits for its own
+// result, on a host with a core per local rank); then it arms every channel, fences,
+// re-checks, and blocks in poll() on every channel's descriptor plus an eventfd (isend
+// queuing work while it sleeps, or abort, write to it) until its deadline. Background
+// threads never poll.
 // Ownership: owns the Peers and their channels. Thread-safety: as comm.h.
 // Failure: a channel's end of stream without a goodbye (the peer died), a broken channel,
 // or an abort notice aborts this Comm with PeerError as soon as a driver notices (within
@@ -29,6 +32,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +41,7 @@
 #include "transport/core/channel.h"
 #include "transport/core/op.h"
 #include "transport/core/peer.h"
+#include "transport/polling.h"
 
 namespace tdist::transport::core {
 
@@ -70,6 +75,10 @@ class Engine final : public Comm {
   template <typename Done>
   bool drive(Done done, Deadline deadline);
   Progress progress_pass();
+  // Polls while the budget lasts; true when something moved or the wait is over.
+  template <typename Done>
+  bool poll_channels(Done done, Deadline deadline);
+  int local_ranks() const;
   bool sleep(Deadline deadline);  // false when the deadline passed with nothing to do
   void notify_waiters();
   void wake_driver();
@@ -85,6 +94,7 @@ class Engine final : public Comm {
   // starts; reused by every sleep, touched only by the driver.
   std::vector<pollfd> poll_fds_;
   std::vector<size_t> poll_first_;
+  std::optional<PollBudget> poll_budget_;  // the driver's; made at its first poll
   std::atomic<bool> aborted_{false};
   std::atomic<bool> destroying_{false};
 

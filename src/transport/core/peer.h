@@ -77,6 +77,11 @@ class Peer {
   // One bounded pass: writes queued sends, reads the lanes that have bytes.
   Progress progress(std::string* lost);
 
+  // Polling: every lane's Channel::refresh().
+  void refresh() {
+    for (Lane& lane : lanes_) lane.channel->refresh();
+  }
+
   // Sleeping (channel.h): arms every lane and appends one pollfd per lane to `fds`; after
   // the caller's seq_cst fence, ready() tells whether work arrived meanwhile; after poll(),
   // wake_up() takes the pollfds appended here (same order) and disarms.

@@ -28,6 +28,10 @@ class TcpChannel final : public core::Channel {
   size_t read(const iovec* iov, size_t count, bool* eof, std::string* lost) override;
   bool readable() override { return readable_.load(std::memory_order_relaxed); }
   bool writable() override { return writable_.load(std::memory_order_relaxed); }
+  void refresh() override {
+    readable_.store(true, std::memory_order_relaxed);
+    writable_.store(true, std::memory_order_relaxed);
+  }
   void arm(bool) override {}
   void disarm() override {}
   pollfd poll_for(bool want_read, bool want_write) override;

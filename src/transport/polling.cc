@@ -1,0 +1,61 @@
+// Polling policy (polling.h).
+#include "transport/polling.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "tdist/error.h"
+#include "tdist/settings.h"
+
+namespace tdist::transport {
+namespace {
+
+thread_local bool background = false;
+
+int leading_int(const std::string& text) {
+  // "4" -> 4; Slurm's "4(x2),3" -> 4; anything else -> 0.
+  int n = 0;
+  size_t i = 0;
+  for (; i < text.size() && text[i] >= '0' && text[i] <= '9' && n < (1 << 20); ++i) {
+    n = n * 10 + (text[i] - '0');
+  }
+  return i == 0 ? 0 : n;
+}
+
+}  // namespace
+
+BackgroundThread::BackgroundThread() : previous_(background) { background = true; }
+BackgroundThread::~BackgroundThread() { background = previous_; }
+
+bool on_background_thread() { return background; }
+
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
+
+int launcher_local_ranks() {
+  int n = 0;
+  for (const char* name :
+       {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"}) {
+    n = std::max(n, leading_int(env_string(name)));
+  }
+  return n;
+}
+
+std::chrono::nanoseconds poll_limit(int comm_local_ranks) {
+  const int64_t us = setting_int("TDIST_POLL_US");
+  TDIST_CHECK(us >= 0 && us <= 1000000, InvalidArgument, "environment setting TDIST_POLL_US='", us,
+              "' is not between 0 and 1000000 (microseconds)");
+  if (us == 0) return std::chrono::nanoseconds(0);
+  const int local = std::max(comm_local_ranks, launcher_local_ranks());
+  if (usable_cores() < local) return std::chrono::nanoseconds(0);
+  return std::chrono::microseconds(us);
+}
+
+}  // namespace tdist::transport

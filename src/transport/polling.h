@@ -1,0 +1,64 @@
+// Polling: whether, and for how long, a thread that waits on a Comm polls its channels
+// before it sleeps ("poll, then sleep", as MPI implementations wait).
+//
+// Polling trades a core for latency: a waiter that spins sees a message within a
+// fraction of a microsecond, one that sleeps in poll() pays a wake-up (5-50 us). So:
+//  - Only a thread that waits for its own result polls. Background threads (a process
+//    group's worker, which serves work nobody waits on) mark themselves with
+//    BackgroundThread and always sleep at once: a job waiting on nothing uses no CPU.
+//  - Only when the host has a core for each local rank: cores in this process's affinity
+//    mask >= local ranks (the largest of the launcher's LOCAL_WORLD_SIZE, OpenMPI's and
+//    Slurm's equivalents, and the Comm's ranks on this host). Otherwise waiters sleep at
+//    once and leave the cores to the ranks that compute.
+//  - For a bounded, adaptive time (PollBudget): at most TDIST_POLL_US; halved each time a
+//    poll ends in vain (down to 1/32 of the limit), doubled back each time one finds work.
+// Thread-safety: the free functions are thread-safe; a PollBudget belongs to one driver.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+
+namespace tdist::transport {
+
+// Marks the current thread as a background thread for its lifetime (scoped; nests).
+class BackgroundThread {
+ public:
+  BackgroundThread();
+  ~BackgroundThread();
+  BackgroundThread(const BackgroundThread&) = delete;
+  BackgroundThread& operator=(const BackgroundThread&) = delete;
+
+ private:
+  bool previous_;
+};
+
+bool on_background_thread();
+
+// Cores this process may run on (its affinity mask).
+int usable_cores();
+// Local ranks announced by the launcher (LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE,
+// SLURM_NTASKS_PER_NODE's first figure); 0 when none says.
+int launcher_local_ranks();
+
+// The longest a waiter of a Comm with `comm_local_ranks` ranks on this host may poll:
+// TDIST_POLL_US, or zero when the host lacks a core per local rank.
+std::chrono::nanoseconds poll_limit(int comm_local_ranks);
+
+class PollBudget {
+ public:
+  explicit PollBudget(std::chrono::nanoseconds limit)
+      : limit_(limit), floor_(limit / 32), current_(limit) {}
+
+  std::chrono::nanoseconds current() const { return current_; }
+  // A poll found work: polling pays, poll longer next time.
+  void found() { current_ = std::min(limit_, current_ * 2); }
+  // A poll used its whole budget in vain: the waits are long, poll less.
+  void missed() { current_ = std::max(floor_, current_ / 2); }
+
+ private:
+  const std::chrono::nanoseconds limit_;
+  const std::chrono::nanoseconds floor_;
+  std::chrono::nanoseconds current_;
+};
+
+}  // namespace tdist::transport
