@@ -10,8 +10,9 @@
 //    mask >= local ranks (the largest of the launcher's LOCAL_WORLD_SIZE, OpenMPI's and
 //    Slurm's equivalents, and the Comm's ranks on this host). Otherwise waiters sleep at
 //    once and leave the cores to the ranks that compute.
-//  - For a bounded, adaptive time (PollBudget): at most TDIST_POLL_US; halved each time a
-//    poll ends in vain (down to 1/32 of the limit), doubled back each time one finds work.
+//  - For a bounded, adaptive time (PollBudget): at most TDIST_POLL_US; doubled each time
+//    work came within that limit (even after the driver gave up polling and slept: a
+//    longer poll would have caught it without a wake-up), halved each time it came later.
 // Thread-safety: the free functions are thread-safe; a PollBudget belongs to one driver.
 #pragma once
 
@@ -50,10 +51,13 @@ class PollBudget {
       : limit_(limit), floor_(limit / 32), current_(limit) {}
 
   std::chrono::nanoseconds current() const { return current_; }
-  // A poll found work: polling pays, poll longer next time.
-  void found() { current_ = std::min(limit_, current_ * 2); }
-  // A poll used its whole budget in vain: the waits are long, poll less.
-  void missed() { current_ = std::max(floor_, current_ / 2); }
+  // A driver that ran out of work found some again after `waited` (polling, or polling
+  // then sleeping). Waits within the limit are what polling is for: poll longer next time
+  // (doubling up to the limit). Longer ones (a peer computing) only burn the core: poll
+  // less (halving down to 1/32 of the limit, so that polling can still prove itself).
+  void record(std::chrono::nanoseconds waited) {
+    current_ = waited <= limit_ ? std::min(limit_, current_ * 2) : std::max(floor_, current_ / 2);
+  }
 
  private:
   const std::chrono::nanoseconds limit_;

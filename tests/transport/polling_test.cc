@@ -38,22 +38,22 @@ class ScopedEnv {
   std::string old_;
 };
 
-TEST(PollBudgetTest, HalvesOnMissesToAFloorAndDoublesBackOnFinds) {
+TEST(PollBudgetTest, ShrinksOnLongWaitsToAFloorAndGrowsOnShortOnes) {
   PollBudget budget(std::chrono::microseconds(1024));
   EXPECT_EQ(budget.current(), 1024us);
-  budget.missed();
+  budget.record(2ms);
   EXPECT_EQ(budget.current(), 512us);
-  for (int i = 0; i < 20; ++i) budget.missed();
+  for (int i = 0; i < 20; ++i) budget.record(1s);
   EXPECT_EQ(budget.current(), 32us);  // 1/32 of the limit
-  budget.found();
+  budget.record(900us);               // within the limit, though longer than the budget
   EXPECT_EQ(budget.current(), 64us);
-  for (int i = 0; i < 20; ++i) budget.found();
+  for (int i = 0; i < 20; ++i) budget.record(1us);
   EXPECT_EQ(budget.current(), 1024us);
 }
 
 TEST(PollBudgetTest, AZeroLimitNeverPolls) {
   PollBudget budget(0ns);
-  budget.found();
+  budget.record(0ns);
   EXPECT_EQ(budget.current(), 0ns);
 }
 

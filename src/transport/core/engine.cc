@@ -187,9 +187,14 @@ void Engine::try_progress(const Op& op) {
 
 template <typename Done>
 bool Engine::drive(Done done, Deadline deadline) {
+  idle_since_.reset();
   while (true) {
     Progress progress = progress_pass();
     if (progress.completed > 0) notify_waiters();
+    if (idle_since_ && (progress.moved || progress.completed > 0)) {
+      poll_budget_->record(Clock::now() - *idle_since_);  // polled, slept, now work came
+      idle_since_.reset();
+    }
     if (done()) return true;
     if (aborted_.load()) return done();
     if (progress.moved) continue;
@@ -221,13 +226,13 @@ bool Engine::poll_channels(Done done, Deadline deadline) {
     Progress progress = progress_pass();
     if (progress.completed > 0) notify_waiters();
     if (progress.moved || progress.completed > 0 || done() || aborted_.load()) {
-      poll_budget_->found();
+      poll_budget_->record(Clock::now() - start);
       return true;
     }
     cpu_relax();
     const auto now = Clock::now();
     if (now >= end) {
-      poll_budget_->missed();
+      idle_since_ = start;  // judged when work comes (drive)
       return false;
     }
     if (now >= yield_at) {  // let a thread that shares this core run now and then

@@ -94,7 +94,8 @@ class Engine final : public Comm {
   // starts; reused by every sleep, touched only by the driver.
   std::vector<pollfd> poll_fds_;
   std::vector<size_t> poll_first_;
-  std::optional<PollBudget> poll_budget_;  // the driver's; made at its first poll
+  std::optional<PollBudget> poll_budget_;        // the driver's; made at its first poll
+  std::optional<Clock::time_point> idle_since_;  // the driver's: its last poll ran out
   std::atomic<bool> aborted_{false};
   std::atomic<bool> destroying_{false};
 
