@@ -108,6 +108,7 @@ TEST_P(CommFailureTest, DeadlineIsTimeoutErrorAndTheRequestStaysPending) {
 // full, though its buffer is overwritten at once.
 TEST_P(CommFailureTest, DestroyedPendingRequestsAreWithdrawnOrFinished) {
   constexpr size_t kBig = size_t{8} << 20;
+  constexpr size_t kMid = 200 * 1000;
   run(2, [&](Comm& comm) {
     uint64_t a = 0;
     uint64_t go = 0;
@@ -122,6 +123,9 @@ TEST_P(CommFailureTest, DestroyedPendingRequestsAreWithdrawnOrFinished) {
       std::vector<uint8_t> big(kBig);
       comm.irecv(0, p2p_tag(3), big.data(), kBig)->wait(op_deadline());
       EXPECT_EQ(big, pattern(3, kBig));
+      std::vector<uint8_t> mid(kMid);
+      comm.irecv(0, p2p_tag(5), mid.data(), kMid)->wait(op_deadline());
+      EXPECT_EQ(mid, pattern(5, kMid));
       comm.isend(0, p2p_tag(4), &go, sizeof(go))->wait(op_deadline());
       return;
     }
@@ -133,6 +137,11 @@ TEST_P(CommFailureTest, DestroyedPendingRequestsAreWithdrawnOrFinished) {
     auto out = pattern(3, kBig);
     { auto dropped = comm.isend(1, p2p_tag(3), out.data(), kBig); }
     std::fill(out.begin(), out.end(), 0);
+    // Mid-sized (a single copy on shared memory, which the receiver may try before or
+    // after the drop): the same.
+    auto mid = pattern(5, kMid);
+    { auto dropped = comm.isend(1, p2p_tag(5), mid.data(), kMid); }
+    std::fill(mid.begin(), mid.end(), 0);
     comm.irecv(1, p2p_tag(4), &go, sizeof(go))->wait(op_deadline());  // keeps this rank going
   });
 }

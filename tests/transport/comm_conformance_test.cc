@@ -72,7 +72,10 @@ INSTANTIATE_TEST_SUITE_P(Transports, CommWorldTest,
                                             ::testing::Values(1, 2, 3, 5, 8)),
                          factory_world_case_name);
 
-class CommDeliveryTest : public CommTest {};
+class CommDeliveryTest : public CommTest {
+ protected:
+  void many_messages_in_flight_both_ways(size_t bytes);
+};
 
 // Ranks 1 and 2 each send rank 0 messages on three tags; rank 0 posts its receives tag
 // by tag in reverse, alternating sources, some before and most after the messages
@@ -215,31 +218,43 @@ TEST_P(CommDeliveryTest, ZeroByteMessages) {
 // Both ranks send 200 messages of 64 KiB (13 MiB each way) and wait for all of them to
 // complete before posting a single receive: the transport must take them in unexpected
 // on both sides at once. Half share one tag (order matters), half have their own.
-TEST_P(CommDeliveryTest, ManyLargeMessagesInFlightBothWaysBeforeAnyReceive) {
-  constexpr int kMessages = 200;
-  constexpr size_t kBytes = 64 * 1024 + 5;
+// Many messages both ways, none received yet: small ones (eager, each buffered over
+// there) and large ones (rendezvous: only their descriptors wait over there).
+TEST_P(CommDeliveryTest, ManyMessagesInFlightBothWaysBeforeAnyReceive) {
+  for (size_t bytes : {size_t{1000} + 5, size_t{64 * 1024} + 5, size_t{(1 << 20) + 5}}) {
+    many_messages_in_flight_both_ways(bytes);
+  }
+}
+
+void CommDeliveryTest::many_messages_in_flight_both_ways(size_t bytes) {
+  const int kMessages = bytes > 100 * 1024 ? 20 : 200;  // at most ~20 MiB each way
   auto tag_of = [](int m) { return m % 2 == 0 ? p2p_tag(1) : p2p_tag(1000 + m); };
   run(2, [&](Comm& comm) {
     const int me = comm.rank();
     const int peer = 1 - me;
     std::vector<std::vector<uint8_t>> out;
-    for (int m = 0; m < kMessages; ++m) out.push_back(pattern(me * 10000 + m, kBytes));
+    for (int m = 0; m < kMessages; ++m) out.push_back(pattern(me * 10000 + m, bytes));
     std::vector<RequestPtr> sends;
     for (int m = 0; m < kMessages; ++m) {
-      sends.push_back(comm.isend(peer, tag_of(m), out[m].data(), kBytes));
+      sends.push_back(comm.isend(peer, tag_of(m), out[m].data(), bytes));
     }
-    for (auto& r : sends) r->wait(op_deadline());
-    std::vector<std::vector<uint8_t>> in(kMessages, std::vector<uint8_t>(kBytes));
+    // Small enough to complete unreceived (comm.h): all of them buffered over there. A
+    // larger one completes only once its receive is posted: waited on after those.
+    if (bytes < 4096) {
+      for (auto& r : sends) r->wait(op_deadline());
+    }
+    std::vector<std::vector<uint8_t>> in(kMessages, std::vector<uint8_t>(bytes));
     std::vector<RequestPtr> recvs;
     for (int m = kMessages - 1; m >= 0; --m) {  // own tags in reverse, the shared tag in order
-      if (m % 2 == 1) recvs.push_back(comm.irecv(peer, tag_of(m), in[m].data(), kBytes));
+      if (m % 2 == 1) recvs.push_back(comm.irecv(peer, tag_of(m), in[m].data(), bytes));
     }
     for (int m = 0; m < kMessages; m += 2) {
-      recvs.push_back(comm.irecv(peer, tag_of(m), in[m].data(), kBytes));
+      recvs.push_back(comm.irecv(peer, tag_of(m), in[m].data(), bytes));
     }
     for (auto& r : recvs) r->wait(op_deadline());
+    for (auto& r : sends) r->wait(op_deadline());
     for (int m = 0; m < kMessages; ++m) {
-      ASSERT_EQ(in[m], pattern(peer * 10000 + m, kBytes)) << "message " << m;
+      ASSERT_EQ(in[m], pattern(peer * 10000 + m, bytes)) << "message " << m;
     }
   });
 }
@@ -247,7 +262,7 @@ TEST_P(CommDeliveryTest, ManyLargeMessagesInFlightBothWaysBeforeAnyReceive) {
 // Every rank of a ring of 3 waits on a large send to its successor before it posts the
 // receive from its predecessor: only progress made while waiting on the send (or in the
 // background) keeps this from deadlocking.
-TEST_P(CommDeliveryTest, LargeSendsWaitedOnBeforeTheirReceivesArePosted) {
+TEST_P(CommDeliveryTest, LargeSendsWaitedOnBeforeTheirReceivesAreWaitedOn) {
   constexpr size_t kBytes = (size_t{8} << 20) + 11;
   constexpr int kWorld = 3;
   run(kWorld, [&](Comm& comm) {
@@ -255,10 +270,37 @@ TEST_P(CommDeliveryTest, LargeSendsWaitedOnBeforeTheirReceivesArePosted) {
     const int next = (me + 1) % kWorld;
     const int prev = (me + kWorld - 1) % kWorld;
     const auto out = pattern(me, kBytes);
-    comm.isend(next, 3, out.data(), kBytes)->wait(op_deadline());
     std::vector<uint8_t> in(kBytes);
-    comm.irecv(prev, 3, in.data(), kBytes)->wait(op_deadline());
+    auto recv = comm.irecv(prev, 3, in.data(), kBytes);
+    comm.isend(next, 3, out.data(), kBytes)->wait(op_deadline());
+    recv->wait(op_deadline());
     ASSERT_EQ(in, pattern(prev, kBytes));
+  });
+}
+
+// A large send completes only once its receive is posted (comm.h), and then with the
+// right bytes, whichever side waits first.
+TEST_P(CommDeliveryTest, LargeSendCompletesOnlyOnceItsReceiveIsPosted) {
+  constexpr size_t kBytes = (size_t{4} << 20) + 3;
+  run(2, [&](Comm& comm) {
+    const auto out = pattern(7, kBytes);
+    for (int round = 0; round < 2; ++round) {
+      const uint64_t tag = p2p_tag(static_cast<uint32_t>(round));
+      if (comm.rank() == 0) {
+        auto send = comm.isend(1, tag, out.data(), kBytes);
+        const auto until = std::chrono::steady_clock::now() + 200ms;
+        while (std::chrono::steady_clock::now() < until) ASSERT_FALSE(send->test());
+        uint8_t go = 1;
+        comm.isend(1, p2p_tag(100), &go, 1)->wait(op_deadline());
+        send->wait(op_deadline());
+      } else {
+        uint8_t go = 0;
+        comm.irecv(0, p2p_tag(100), &go, 1)->wait(op_deadline());
+        std::vector<uint8_t> in(kBytes);
+        comm.irecv(0, tag, in.data(), kBytes)->wait(op_deadline());
+        ASSERT_EQ(in, out) << "round " << round;
+      }
+    }
   });
 }
 
@@ -285,11 +327,14 @@ TEST_P(CommDeliveryTest, WaiterOnOnePeerDoesNotStarveAnother) {
           ASSERT_EQ(got, big) << "round " << round;
           break;
         }
-        case 1:
-          comm.isend(0, tag, big.data(), kBig)->wait(op_deadline());
+        case 1: {
+          // Large: completes only once rank 0 posted its receive (comm.h).
+          auto send = comm.isend(0, tag, big.data(), kBig);
           token = 1;
           comm.isend(2, tag, &token, sizeof(token))->wait(op_deadline());
+          send->wait(op_deadline());
           break;
+        }
         default:
           comm.irecv(1, tag, &token, sizeof(token))->wait(op_deadline());
           token = 2u + round;

@@ -32,6 +32,7 @@
 #include <sys/uio.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "tdist/deadline.h"
@@ -59,6 +60,18 @@ class Channel {
   // and writable() let the core try the pipe itself (for a socket: one failed syscall).
   // Channels whose readable()/writable() look at the pipe directly need nothing.
   virtual void refresh() {}
+
+  // Large messages (wire.h): point-to-point sends of at least rendezvous_bytes() wait for
+  // their receive (nothing large is buffered); sends of at least single_copy_bytes() (0:
+  // never) are copied straight out of this process's memory by the peer's read_remote.
+  virtual size_t rendezvous_bytes() const = 0;
+  virtual size_t single_copy_bytes() const { return 0; }
+  // Copies `bytes` at `remote_address` in the peer's memory to `dest`. False when this
+  // channel cannot (the default) or the kernel refused; the core then has the payload
+  // streamed through the channel.
+  virtual bool read_remote(void* /*dest*/, uint64_t /*remote_address*/, size_t /*bytes*/) {
+    return false;
+  }
 
   // Sleeping (see above). want_write: this rank waits for room to write.
   virtual void arm(bool want_write) = 0;

@@ -86,7 +86,7 @@ Engine::~Engine() {
     // Sends whose Requests were dropped unfinished still belong to the streams.
     auto queued = [this] {
       for (const auto& peer : peers_) {
-        if (peer && peer->sends_queued()) return true;
+        if (peer && (peer->sends_queued() || peer->rendezvous_pending())) return true;
       }
       return false;
     };
@@ -109,8 +109,8 @@ void Engine::check_args(const char* what, int peer, uint64_t tag, const void* da
                         size_t bytes) const {
   TDIST_CHECK(peer >= 0 && peer < size_ && peer != rank_, InvalidArgument, "rank ", rank_, ": ",
               what, " rank ", peer, ": not another rank of this group (size ", size_, ")");
-  TDIST_CHECK(tag != kGoodbyeTag && tag != kAbortTag, InvalidArgument, "rank ", rank_, ": tag 0x",
-              std::hex, tag, " is reserved by the transport");
+  TDIST_CHECK(!is_control_tag(tag), InvalidArgument, "rank ", rank_, ": tag 0x", std::hex, tag,
+              " is reserved by the transport");
   TDIST_CHECK(data != nullptr || bytes == 0, InvalidArgument, "rank ", rank_, ": ", what, " rank ",
               peer, ": null buffer for ", bytes, " bytes");
 }

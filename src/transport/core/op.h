@@ -27,6 +27,10 @@ class Engine;
 
 class Op {
  public:
+  // How a send goes out (wire.h): whole, a rendezvous descriptor (the payload follows
+  // when the receiver asks), that payload, or a control frame of the core's own.
+  enum class Phase : uint8_t { kEager, kRvRequest, kRvData, kControl };
+
   Op(int peer_rank, bool send, uint64_t op_tag, void* buffer, size_t size)
       : peer(peer_rank),
         is_send(send),
@@ -53,11 +57,22 @@ class Op {
   const uint64_t tag;
   uint8_t* data;  // a send's payload moves to `owned` when it is cancelled part-way
   const size_t bytes;
-  // Send only: the wire header, the bytes of header + payload written so far, the lane.
-  uint64_t header[2];
+  // Send only: what precedes the payload on the wire (header_bytes of `header`: the
+  // 16-byte header, then a rendezvous descriptor or id), whether the payload follows,
+  // the bytes of both written so far, the lane.
+  uint64_t header[6];
+  size_t header_bytes = 16;
+  Phase phase = Phase::kEager;
   size_t sent = 0;
   size_t lane = 0;
   std::unique_ptr<uint8_t[]> owned;
+  // Rendezvous sends: the id, and the token a single-copy reader checks (wire.h); it is
+  // zeroed when the send is cancelled, before the caller's buffer may go away.
+  uint64_t rv_id = 0;
+  std::atomic<uint64_t> rv_token{0};
+
+  bool payload_follows() const { return phase == Phase::kEager || phase == Phase::kRvData; }
+  size_t wire_bytes() const { return header_bytes + (payload_follows() ? bytes : 0); }
 
  private:
   std::atomic<bool> done_{false};

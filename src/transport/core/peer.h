@@ -18,6 +18,12 @@
 //    their receive; payload copied to the heap). Each lane reads into a 64 KiB staging
 //    buffer, or, once a header has been matched to a posted receive, straight into the
 //    user's buffer (then staging for what follows).
+//  - rendezvous (wire.h): a send of at least its channel's rendezvous_bytes() goes as a
+//    descriptor; it waits in rv_sends_ until the receiver copied it out (kRvDoneTag) or
+//    asked for the payload (kRvReadyTag, then a kRvDataTag frame). An unexpected one costs
+//    only its descriptor. The receive side queues its answers in replies_ and the frames
+//    it gets in rv_events_; exchange_rendezvous() moves both to the send side, so the two
+//    locks are still never held together.
 // A message whose length differs from its receive's fails only that receive with
 // DesyncError; its payload is read and dropped, so the stream stays in step.
 // Thread-safety: one mutex per direction (send_mu_, recv_mu_, each covering all lanes),
@@ -37,11 +43,13 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "tdist/deadline.h"
 #include "transport/core/channel.h"
 #include "transport/core/op.h"
+#include "transport/core/wire.h"
 
 namespace tdist::transport::core {
 
@@ -73,6 +81,8 @@ class Peer {
   // Withdraws a pending Op whose Request is being destroyed (op.h).
   void cancel(Op& op);
   bool sends_queued() const { return queued_.load(std::memory_order_acquire) > 0; }
+  // Rendezvous sends waiting for the peer to take their payload.
+  bool rendezvous_pending() const { return rv_pending_.load(std::memory_order_acquire) > 0; }
 
   // One bounded pass: writes queued sends, reads the lanes that have bytes.
   Progress progress(std::string* lost);
@@ -104,20 +114,37 @@ class Peer {
   struct Unexpected {
     uint64_t tag = 0;
     size_t bytes = 0;
-    std::unique_ptr<uint8_t[]> data;
+    std::unique_ptr<uint8_t[]> data;  // null for a rendezvous
     bool complete = false;  // else it is lanes_[lane].incoming (incoming.got bytes arrived)
     size_t lane = 0;
+    bool rendezvous = false;
+    RvDescriptor rv;     // a rendezvous's, once complete
+    bool asked = false;  // kRvReadyTag went for it: its payload is on the way
   };
-  // The message being read on a lane: header parsed, payload still arriving.
+  // A rendezvous frame to send (replies_: kRvReadyTag/kRvDoneTag on `lane`) or received
+  // (rv_events_).
+  struct RvFrame {
+    uint64_t tag = 0;
+    uint64_t id = 0;
+    size_t lane = 0;
+  };
+  // The message being read on a lane: header parsed, payload still arriving. Besides
+  // data (and abort notices, into `control`), a rendezvous descriptor, the id that heads
+  // a kRvDataTag frame, or a reply's id is read into `words`.
+  enum class Reading : uint8_t { kData, kRvRequest, kRvDataId, kRvReply };
   struct Incoming {
     bool active = false;
+    Reading reading = Reading::kData;
     uint64_t tag = 0;
-    size_t bytes = 0;
+    size_t bytes = 0;  // on the wire
     size_t got = 0;
     uint8_t* dest = nullptr;  // null: the payload is dropped
     std::shared_ptr<Op> op;   // the matched receive, if any
     Unexpected* unexpected = nullptr;
-    std::string control;  // payload of an abort notice
+    std::string control;       // payload of an abort notice
+    uint64_t words[5] = {};    // see above
+    size_t message_bytes = 0;  // a rendezvous's payload bytes
+    bool desynced = false;     // a rendezvous whose receive failed: answer kRvDoneTag
   };
   struct Lane {
     std::unique_ptr<Channel> channel;
@@ -135,15 +162,29 @@ class Peer {
   };
 
   // --- receive side (peer_recv.cc); all need recv_mu_ held. Return "" or the lost message.
+  void match_posted_locked(const std::shared_ptr<Op>& op, std::string* lost);
   std::string read_lane_locked(size_t lane, Progress* progress);
   std::string unblock_locked(Progress* progress);  // the staged header whose turn came
   std::string consume_staged_locked(size_t lane, Progress* progress);
   std::string start_message_locked(size_t lane, uint64_t tag, uint64_t bytes, Progress* progress);
   std::string finish_message_locked(size_t lane, Progress* progress);
   std::string end_of_stream_locked(size_t lane, const std::string& why);
+  std::string finish_rendezvous_locked(size_t lane, Incoming& done, Progress* progress);
+  // A matched rendezvous: copies it out of the peer's memory, or asks for the payload.
+  void fetch_locked(size_t lane, const std::shared_ptr<Op>& op, const RvDescriptor& rv,
+                    Progress* progress);
+  // A single-copy message with no receive yet: copies it into a buffer of its own (then
+  // it is an ordinary unexpected message), or asks for the payload.
+  std::string pull_unexpected_locked(size_t lane, Unexpected& u);
+  // Moves replies_ and rv_events_ to the send side (takes recv_mu_, then send_mu_).
+  Progress exchange_rendezvous(std::string* lost);
   std::exception_ptr desync(uint64_t tag, size_t expected, size_t actual) const;
 
+  // The streams' part of progress(): queued sends out, lanes read.
+  Progress progress_streams(std::string* lost);
+
   // --- send side (peer_send.cc); need send_mu_ held.
+  void make_rendezvous_locked(Op& op, uint64_t flags);
   Progress flush_locked(std::string* lost);
   Progress flush_lane_locked(size_t lane, std::string* lost);
   // Writes a control frame whole (abort: best effort, goodbye: waits up to `deadline`).
@@ -158,10 +199,14 @@ class Peer {
   const size_t nlanes_;
   std::atomic<bool> peer_gone_{false};  // the peer said goodbye (destroys its Comm)
   std::atomic<int> queued_{0};          // sends in the lanes' queues
+  std::atomic<int> rv_pending_{0};      // rendezvous sends waiting for the peer
 
   std::mutex send_mu_;
   uint64_t send_seq_ = 0;          // guarded by send_mu_: messages sent so far
   std::exception_ptr send_error_;  // guarded by send_mu_
+  uint64_t next_rv_id_ = 0;        // guarded by send_mu_
+  const uint64_t token_salt_;      // mixed into rendezvous tokens
+  std::unordered_map<uint64_t, std::shared_ptr<Op>> rv_sends_;  // guarded by send_mu_
 
   std::mutex recv_mu_;
   std::deque<std::shared_ptr<Op>> posted_;  // guarded by recv_mu_
@@ -169,6 +214,11 @@ class Peer {
   uint64_t recv_seq_ = 0;                   // guarded by recv_mu_: data headers matched
   size_t goodbyes_ = 0;                     // guarded by recv_mu_: lanes that said goodbye
   std::exception_ptr recv_error_;           // guarded by recv_mu_
+  // Receives whose payload was asked for (kRvReadyTag), by the sender's id; recv_mu_.
+  std::unordered_map<uint64_t, std::shared_ptr<Op>> rv_recvs_;
+  std::vector<RvFrame> replies_;          // guarded by recv_mu_
+  std::vector<RvFrame> rv_events_;        // guarded by recv_mu_
+  std::atomic<bool> rv_exchange_{false};  // replies_ or rv_events_ may hold something
 };
 
 }  // namespace tdist::transport::core

@@ -19,39 +19,63 @@ constexpr size_t kDirectOnlyBytes = 32 * 1024;
 std::shared_ptr<Op> Peer::post_recv(uint64_t tag, void* data, size_t bytes,
                                     std::string* lost_message) {
   auto op = std::make_shared<Op>(rank_, false, tag, data, bytes);
-  std::lock_guard<std::mutex> lock(recv_mu_);
-  if (recv_error_) {
-    op->complete(recv_error_);
-    return op;
+  {
+    std::lock_guard<std::mutex> lock(recv_mu_);
+    if (recv_error_) {
+      op->complete(recv_error_);
+      return op;
+    }
+    match_posted_locked(op, lost_message);
   }
+  if (rv_exchange_.load(std::memory_order_acquire) && lost_message->empty()) {
+    exchange_rendezvous(lost_message);
+  }
+  return op;
+}
+
+void Peer::match_posted_locked(const std::shared_ptr<Op>& op, std::string* lost_message) {
+  const uint64_t tag = op->tag;
+  const size_t bytes = op->bytes;
   auto it = std::find_if(unexpected_.begin(), unexpected_.end(),
                          [&](const Unexpected& u) { return u.tag == tag; });
-  Incoming* incoming = it == unexpected_.end() ? nullptr : &lanes_[it->lane].incoming;
   if (it == unexpected_.end()) {
     posted_.push_back(op);
     if (goodbyes_ == nlanes_) {
       *lost_message = lost("it destroyed its Comm, so this receive can never complete");
     }
-  } else if (it->bytes != bytes) {
+    return;
+  }
+  Incoming* incoming = it->complete ? nullptr : &lanes_[it->lane].incoming;
+  if (it->bytes != bytes) {
     op->complete(desync(tag, bytes, it->bytes));
-    if (!it->complete) {  // still arriving: drop the rest
-      incoming->dest = nullptr;
+    if (it->rendezvous && it->complete && !it->asked) {
+      replies_.push_back({kRvDoneTag, it->rv.id, it->lane});  // let the send complete
+      rv_exchange_.store(true, std::memory_order_release);
+    } else if (incoming != nullptr) {  // still arriving: drop the rest (a rendezvous
+      incoming->unexpected = nullptr;  // then answers kRvDoneTag)
+      if (!it->rendezvous) incoming->dest = nullptr;
+    }
+  } else if (it->rendezvous) {
+    if (it->asked) {  // its payload is on the way: into this receive
+      rv_recvs_[it->rv.id] = op;
+    } else if (incoming == nullptr) {
+      Progress ignored;
+      fetch_locked(it->lane, op, it->rv, &ignored);
+    } else {  // its descriptor is still arriving
+      incoming->op = op;
       incoming->unexpected = nullptr;
     }
-    unexpected_.erase(it);
-  } else if (it->complete) {
-    if (bytes > 0) std::memcpy(data, it->data.get(), bytes);
-    unexpected_.erase(it);
+  } else if (incoming == nullptr) {
+    if (bytes > 0) std::memcpy(op->data, it->data.get(), bytes);
     op->complete(nullptr);
   } else {
     // It is the message being read: take what arrived, the rest goes straight to `data`.
-    if (incoming->got > 0) std::memcpy(data, it->data.get(), incoming->got);
+    if (incoming->got > 0) std::memcpy(op->data, it->data.get(), incoming->got);
     incoming->dest = op->data;
     incoming->op = op;
     incoming->unexpected = nullptr;
-    unexpected_.erase(it);
   }
-  return op;
+  unexpected_.erase(it);
 }
 
 std::exception_ptr Peer::desync(uint64_t tag, size_t expected, size_t actual) const {
@@ -156,7 +180,7 @@ std::string Peer::consume_staged_locked(size_t lane_index, Progress* progress) {
     }
     WireHeader header;
     std::memcpy(&header, lane.staging.get() + lane.staged_begin, kHeaderBytes);
-    const bool control = header.tag == kGoodbyeTag || header.tag == kAbortTag;
+    const bool control = is_control_tag(header.tag);
     if (!control && lane.next_seq != recv_seq_) {
       lane.blocked = true;  // an earlier message is on another lane: wait for its header
       return {};
@@ -167,7 +191,7 @@ std::string Peer::consume_staged_locked(size_t lane_index, Progress* progress) {
   }
 }
 
-std::string Peer::start_message_locked(size_t lane_index, uint64_t tag, uint64_t bytes,
+std::string Peer::start_message_locked(size_t lane_index, uint64_t tag, uint64_t wire_bytes,
                                        Progress* progress) {
   Lane& lane = lanes_[lane_index];
   Incoming& incoming = lane.incoming;
@@ -178,13 +202,21 @@ std::string Peer::start_message_locked(size_t lane_index, uint64_t tag, uint64_t
     }
     if (goodbyes_ < nlanes_) return {};
     peer_gone_.store(true, std::memory_order_release);
-    if (!posted_.empty()) {
-      return lost(detail::str_cat("it destroyed its Comm while ", posted_.size(),
+    if (!posted_.empty() || !rv_recvs_.empty()) {
+      return lost(detail::str_cat("it destroyed its Comm while ", posted_.size() + rv_recvs_.size(),
                                   " receive(s) from it were pending"));
     }
     return {};
   }
-  if (bytes > kMaxMessageBytes || (tag == kAbortTag && bytes > kMaxAbortReasonBytes)) {
+  const bool control = is_control_tag(tag);
+  const bool rendezvous = !control && (wire_bytes & kRendezvousBit) != 0;
+  const uint64_t bytes = rendezvous ? wire_bytes & ~kRendezvousBit : wire_bytes;
+  const bool bad_control =
+      (tag == kAbortTag && bytes > kMaxAbortReasonBytes) ||
+      ((tag == kRvReadyTag || tag == kRvDoneTag) && bytes != sizeof(uint64_t)) ||
+      (tag == kRvDataTag && bytes < sizeof(uint64_t)) ||
+      (control && tag != kAbortTag && tag != kRvReadyTag && tag != kRvDoneTag && tag != kRvDataTag);
+  if (bytes > kMaxMessageBytes || bad_control) {
     return lost(detail::str_cat("protocol error: a header announces ", bytes, " bytes (tag 0x",
                                 std::hex, tag, ")"));
   }
@@ -192,12 +224,27 @@ std::string Peer::start_message_locked(size_t lane_index, uint64_t tag, uint64_t
   incoming.active = true;
   incoming.tag = tag;
   incoming.bytes = bytes;
+  auto* words = reinterpret_cast<uint8_t*>(incoming.words);
   if (tag == kAbortTag) {
     incoming.control.resize(bytes);
     incoming.dest = reinterpret_cast<uint8_t*>(incoming.control.data());
+  } else if (tag == kRvReadyTag || tag == kRvDoneTag) {
+    incoming.reading = Reading::kRvReply;
+    incoming.dest = words;
+  } else if (tag == kRvDataTag) {
+    incoming.reading = Reading::kRvDataId;
+    incoming.bytes = sizeof(uint64_t);
+    incoming.message_bytes = bytes - sizeof(uint64_t);
+    incoming.dest = words;
   } else {
     ++recv_seq_;  // matched in send order (see peer.h)
     lane.next_seq += nlanes_;
+    if (rendezvous) {
+      incoming.reading = Reading::kRvRequest;
+      incoming.bytes = sizeof(RvDescriptor);
+      incoming.message_bytes = bytes;
+      incoming.dest = words;
+    }
     auto it = std::find_if(posted_.begin(), posted_.end(),
                            [&](const std::shared_ptr<Op>& op) { return op->tag == tag; });
     if (it != posted_.end()) {
@@ -206,23 +253,32 @@ std::string Peer::start_message_locked(size_t lane_index, uint64_t tag, uint64_t
       if (op->bytes != bytes) {
         op->complete(desync(tag, op->bytes, bytes));  // the payload is dropped
         ++progress->completed;
+        incoming.desynced = rendezvous;
+      } else if (rendezvous) {
+        incoming.op = std::move(op);
       } else {
         incoming.dest = op->data;
         incoming.op = std::move(op);
       }
     } else {
       try {
-        unexpected_.push_back(Unexpected{
-            tag, bytes, std::make_unique_for_overwrite<uint8_t[]>(bytes), false, lane_index});
+        unexpected_.push_back(
+            Unexpected{tag,
+                       bytes,
+                       rendezvous ? nullptr : std::make_unique_for_overwrite<uint8_t[]>(bytes),
+                       false,
+                       lane_index,
+                       rendezvous,
+                       {}});
       } catch (const std::bad_alloc&) {
         return lost(detail::str_cat("out of memory buffering a ", bytes,
                                     "-byte message that arrived before its receive"));
       }
       incoming.unexpected = &unexpected_.back();
-      incoming.dest = incoming.unexpected->data.get();
+      if (!rendezvous) incoming.dest = incoming.unexpected->data.get();
     }
   }
-  if (bytes == 0) return finish_message_locked(lane_index, progress);
+  if (incoming.bytes == 0) return finish_message_locked(lane_index, progress);
   return {};
 }
 
@@ -235,11 +291,125 @@ std::string Peer::finish_message_locked(size_t lane_index, Progress* progress) {
     return detail::str_cat("rank ", self_rank_, ": rank ", rank_, " (", lane.channel->describe(),
                            ") aborted its Comm: ", done.control);
   }
+  if (done.reading != Reading::kData) return finish_rendezvous_locked(lane_index, done, progress);
   if (done.op) {
     done.op->complete(nullptr);
     ++progress->completed;
   }
   if (done.unexpected != nullptr) done.unexpected->complete = true;
+  return {};
+}
+
+std::string Peer::finish_rendezvous_locked(size_t lane_index, Incoming& done, Progress* progress) {
+  Lane& lane = lanes_[lane_index];
+  switch (done.reading) {
+    case Reading::kRvReply:
+      rv_events_.push_back({done.tag, done.words[0], lane_index});
+      rv_exchange_.store(true, std::memory_order_release);
+      return {};
+    case Reading::kRvDataId: {
+      // The payload of a receive this side asked for follows: straight into its buffer
+      // (or dropped, when the receive was withdrawn meanwhile).
+      Incoming& next = lane.incoming;
+      next.active = true;
+      next.tag = kRvDataTag;
+      next.bytes = done.message_bytes;
+      auto it = rv_recvs_.find(done.words[0]);
+      auto early =
+          it != rv_recvs_.end()
+              ? unexpected_.end()
+              : std::find_if(unexpected_.begin(), unexpected_.end(), [&](const Unexpected& u) {
+                  return u.rendezvous && u.asked && u.rv.id == done.words[0];
+                });
+      if (early != unexpected_.end()) {
+        // A single-copy message that could not be copied, still without its receive: it
+        // arrives now as an ordinary unexpected message.
+        if (early->bytes != done.message_bytes) {
+          return lost(detail::str_cat("protocol error: rendezvous ", done.words[0], " brings ",
+                                      done.message_bytes, " bytes for a message of ",
+                                      early->bytes));
+        }
+        try {
+          if (!early->data) early->data = std::make_unique_for_overwrite<uint8_t[]>(early->bytes);
+        } catch (const std::bad_alloc&) {
+          return lost(detail::str_cat("out of memory buffering a ", early->bytes,
+                                      "-byte message that arrived before its receive"));
+        }
+        early->rendezvous = false;
+        early->complete = false;
+        early->lane = lane_index;
+        next.unexpected = &*early;
+        next.dest = early->data.get();
+      } else if (it != rv_recvs_.end()) {
+        if (it->second->bytes != done.message_bytes) {
+          return lost(detail::str_cat("protocol error: rendezvous ", done.words[0], " brings ",
+                                      done.message_bytes, " bytes for a receive of ",
+                                      it->second->bytes));
+        }
+        next.op = std::move(it->second);
+        next.dest = next.op->data;
+        rv_recvs_.erase(it);
+      }
+      if (next.bytes == 0) return finish_message_locked(lane_index, progress);
+      return {};
+    }
+    case Reading::kRvRequest: {
+      RvDescriptor rv;
+      std::memcpy(&rv, done.words, sizeof(rv));
+      if (done.op) {
+        fetch_locked(lane_index, done.op, rv, progress);
+      } else if (done.unexpected != nullptr) {
+        done.unexpected->rv = rv;
+        done.unexpected->complete = true;
+        if ((rv.flags & kRvPull) != 0) return pull_unexpected_locked(lane_index, *done.unexpected);
+      } else {  // desynced, or its receive was withdrawn: let the send complete
+        replies_.push_back({kRvDoneTag, rv.id, lane_index});
+        rv_exchange_.store(true, std::memory_order_release);
+      }
+      return {};
+    }
+    case Reading::kData:
+      break;
+  }
+  return {};
+}
+
+void Peer::fetch_locked(size_t lane_index, const std::shared_ptr<Op>& op, const RvDescriptor& rv,
+                        Progress* progress) {
+  Channel& channel = *lanes_[lane_index].channel;
+  uint64_t token = 0;
+  // The token is read after the payload: still valid then, the payload was valid throughout
+  // (the sender zeroes it before it lets the buffer go; wire.h).
+  if (channel.read_remote(op->data, rv.address, op->bytes) &&
+      channel.read_remote(&token, rv.token_address, sizeof(token)) && token == rv.token) {
+    op->complete(nullptr);
+    ++progress->completed;
+    replies_.push_back({kRvDoneTag, rv.id, lane_index});
+  } else {
+    rv_recvs_[rv.id] = op;
+    replies_.push_back({kRvReadyTag, rv.id, lane_index});
+  }
+  rv_exchange_.store(true, std::memory_order_release);
+}
+
+std::string Peer::pull_unexpected_locked(size_t lane_index, Unexpected& u) {
+  Channel& channel = *lanes_[lane_index].channel;
+  try {
+    u.data = std::make_unique_for_overwrite<uint8_t[]>(u.bytes);
+  } catch (const std::bad_alloc&) {
+    return lost(detail::str_cat("out of memory buffering a ", u.bytes,
+                                "-byte message that arrived before its receive"));
+  }
+  uint64_t token = 0;
+  if (channel.read_remote(u.data.get(), u.rv.address, u.bytes) &&
+      channel.read_remote(&token, u.rv.token_address, sizeof(token)) && token == u.rv.token) {
+    u.rendezvous = false;  // now an ordinary unexpected message, complete
+    replies_.push_back({kRvDoneTag, u.rv.id, lane_index});
+  } else {
+    u.asked = true;
+    replies_.push_back({kRvReadyTag, u.rv.id, lane_index});
+  }
+  rv_exchange_.store(true, std::memory_order_release);
   return {};
 }
 

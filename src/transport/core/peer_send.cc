@@ -18,7 +18,13 @@ constexpr int kGoodbyePollMs = 10;
 }  // namespace
 
 Peer::Peer(int self_rank, int rank, std::vector<std::unique_ptr<Channel>> lanes)
-    : self_rank_(self_rank), rank_(rank), lanes_(lanes.size()), nlanes_(lanes.size()) {
+    : self_rank_(self_rank),
+      rank_(rank),
+      lanes_(lanes.size()),
+      nlanes_(lanes.size()),
+      token_salt_(reinterpret_cast<uint64_t>(this) ^
+                  static_cast<uint64_t>(Clock::now().time_since_epoch().count()) *
+                      0xBF58476D1CE4E5B9ull) {
   TDIST_CHECK(nlanes_ >= 1 && nlanes_ <= kMaxLanes, InvalidArgument, "rank ", self_rank_, ": ",
               nlanes_, " channels to rank ", rank_, ", expected 1..", kMaxLanes);
   for (size_t i = 0; i < nlanes_; ++i) {
@@ -46,6 +52,13 @@ std::shared_ptr<Op> Peer::post_send(uint64_t tag, const void* data, size_t bytes
   }
   const size_t lane = static_cast<size_t>(send_seq_++ % nlanes_);
   op->lane = lane;
+  const Channel& channel = *lanes_[lane].channel;
+  const size_t single_copy = channel.single_copy_bytes();
+  if (bytes > 0 && (tag & kP2PTagBit) != 0 && bytes >= channel.rendezvous_bytes()) {
+    make_rendezvous_locked(*op, 0);
+  } else if (single_copy > 0 && bytes >= single_copy) {
+    make_rendezvous_locked(*op, kRvPull);
+  }
   lanes_[lane].send_queue.push_back(op);
   queued_.fetch_add(1, std::memory_order_acq_rel);
   // Nothing ahead of it on this lane: write now, on the caller's thread.
@@ -53,6 +66,72 @@ std::shared_ptr<Op> Peer::post_send(uint64_t tag, const void* data, size_t bytes
     flush_lane_locked(lane, lost_message);
   }
   return op;
+}
+
+void Peer::make_rendezvous_locked(Op& op, uint64_t flags) {
+  op.phase = Op::Phase::kRvRequest;
+  op.rv_id = next_rv_id_++;
+  // Unguessable enough that memory the token no longer owns will not hold it by chance.
+  const uint64_t token = (op.rv_id + 1) * 0x9E3779B97F4A7C15ull ^ token_salt_;
+  op.rv_token.store(token, std::memory_order_seq_cst);
+  op.header[1] = op.bytes | kRendezvousBit;
+  const RvDescriptor rv{op.rv_id, reinterpret_cast<uint64_t>(op.data),
+                        reinterpret_cast<uint64_t>(&op.rv_token), token, flags};
+  std::memcpy(&op.header[2], &rv, sizeof(rv));
+  op.header_bytes = kHeaderBytes + sizeof(rv);
+  rv_pending_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+Progress Peer::exchange_rendezvous(std::string* lost_message) {
+  Progress progress;
+  std::vector<RvFrame> replies;
+  std::vector<RvFrame> events;
+  {
+    std::lock_guard<std::mutex> lock(recv_mu_);
+    rv_exchange_.store(false, std::memory_order_release);
+    replies.swap(replies_);
+    events.swap(rv_events_);
+  }
+  if (replies.empty() && events.empty()) return progress;
+  std::lock_guard<std::mutex> lock(send_mu_);
+  if (send_error_) return progress;
+  for (const RvFrame& e : events) {
+    auto it = rv_sends_.find(e.id);
+    if (it == rv_sends_.end()) {
+      *lost_message = lost(detail::str_cat("protocol error: an answer to rendezvous ", e.id,
+                                           ", which is not pending"));
+      return progress;
+    }
+    std::shared_ptr<Op> op = std::move(it->second);
+    rv_sends_.erase(it);
+    if (e.tag == kRvDoneTag) {
+      op->complete(nullptr);
+      ++progress.completed;
+      rv_pending_.fetch_sub(1, std::memory_order_acq_rel);
+      continue;
+    }
+    // kRvReadyTag: stream the payload, straight into the receive's buffer over there.
+    op->phase = Op::Phase::kRvData;
+    op->header[0] = kRvDataTag;
+    op->header[1] = sizeof(uint64_t) + op->bytes;
+    op->header[2] = op->rv_id;
+    op->header_bytes = kHeaderBytes + sizeof(uint64_t);
+    op->sent = 0;
+    lanes_[op->lane].send_queue.push_back(std::move(op));
+    queued_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  for (const RvFrame& r : replies) {
+    auto op = std::make_shared<Op>(rank_, true, r.tag, nullptr, 0);
+    op->phase = Op::Phase::kControl;
+    op->header[1] = sizeof(uint64_t);
+    op->header[2] = r.id;
+    op->header_bytes = kHeaderBytes + sizeof(uint64_t);
+    op->lane = r.lane;
+    lanes_[r.lane].send_queue.push_back(std::move(op));
+    queued_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  progress += flush_locked(lost_message);
+  return progress;
 }
 
 Progress Peer::flush_locked(std::string* lost_message) {
@@ -63,9 +142,11 @@ Progress Peer::flush_locked(std::string* lost_message) {
     }
   }
   // After its goodbye the peer reads nothing more: what is still queued cannot go out.
-  if (lost_message->empty() && sends_queued() && peer_gone_.load(std::memory_order_acquire)) {
-    *lost_message = lost(detail::str_cat("it destroyed its Comm while ", queued_.load(),
-                                         " send(s) to it were pending"));
+  if (lost_message->empty() && (sends_queued() || rendezvous_pending()) &&
+      peer_gone_.load(std::memory_order_acquire)) {
+    *lost_message =
+        lost(detail::str_cat("it destroyed its Comm while ", queued_.load() + rv_pending_.load(),
+                             " send(s) to it were pending"));
   }
   return progress;
 }
@@ -82,13 +163,13 @@ Progress Peer::flush_lane_locked(size_t lane_index, std::string* lost_message) {
     for (const std::shared_ptr<Op>& op : queue) {
       if (count + 2 > kMaxIov) break;
       size_t sent = op->sent;
-      if (sent < kHeaderBytes) {
-        iov[count++] = {reinterpret_cast<uint8_t*>(op->header) + sent, kHeaderBytes - sent};
-        wanted += kHeaderBytes - sent;
-        sent = kHeaderBytes;
+      if (sent < op->header_bytes) {
+        iov[count++] = {reinterpret_cast<uint8_t*>(op->header) + sent, op->header_bytes - sent};
+        wanted += op->header_bytes - sent;
+        sent = op->header_bytes;
       }
-      const size_t done = sent - kHeaderBytes;
-      if (done < op->bytes) {
+      const size_t done = sent - op->header_bytes;
+      if (op->payload_follows() && done < op->bytes) {
         iov[count++] = {op->data + done, op->bytes - done};
         wanted += op->bytes - done;
       }
@@ -102,14 +183,19 @@ Progress Peer::flush_lane_locked(size_t lane_index, std::string* lost_message) {
     if (n > 0) progress.moved = true;
     size_t left = n;
     while (!queue.empty()) {
-      const std::shared_ptr<Op>& op = queue.front();
-      const size_t total = kHeaderBytes + op->bytes;
+      std::shared_ptr<Op>& op = queue.front();
+      const size_t total = op->wire_bytes();
       const size_t take = std::min(left, total - op->sent);
       op->sent += take;
       left -= take;
       if (op->sent < total) break;
-      op->complete(nullptr);
-      ++progress.completed;
+      if (op->phase == Op::Phase::kRvRequest) {
+        rv_sends_.emplace(op->rv_id, std::move(op));  // until the receiver answers
+      } else {
+        if (op->phase == Op::Phase::kRvData) rv_pending_.fetch_sub(1, std::memory_order_acq_rel);
+        op->complete(nullptr);
+        ++progress.completed;
+      }
       queue.pop_front();
       queued_.fetch_sub(1, std::memory_order_acq_rel);
     }
@@ -152,9 +238,9 @@ bool Peer::write_frame_locked(size_t lane_index, uint64_t tag, const std::string
   return true;
 }
 
-Progress Peer::progress(std::string* lost_message) {
+Progress Peer::progress_streams(std::string* lost_message) {
   Progress progress;
-  if (sends_queued()) {
+  if (sends_queued() || rendezvous_pending()) {
     std::lock_guard<std::mutex> lock(send_mu_);
     progress += flush_locked(lost_message);
   }
@@ -171,14 +257,26 @@ Progress Peer::progress(std::string* lost_message) {
   return progress;
 }
 
+Progress Peer::progress(std::string* lost_message) {
+  Progress progress = progress_streams(lost_message);
+  if (lost_message->empty() && rv_exchange_.load(std::memory_order_acquire)) {
+    progress += exchange_rendezvous(lost_message);
+  }
+  return progress;
+}
+
 void Peer::cancel(Op& op) {
   if (op.is_send) {
     std::lock_guard<std::mutex> lock(send_mu_);
     if (op.done()) return;
+    // A rendezvous's payload may be copied out of the caller's buffer until the answer:
+    // void the token first (wire.h), so a copy that overlaps the buffer's end is refused.
+    const bool rendezvous = op.phase == Op::Phase::kRvRequest || op.phase == Op::Phase::kRvData;
+    if (rendezvous) op.rv_token.store(0, std::memory_order_seq_cst);
     std::deque<std::shared_ptr<Op>>& queue = lanes_[op.lane].send_queue;
     auto it = std::find_if(queue.begin(), queue.end(),
                            [&](const std::shared_ptr<Op>& p) { return p.get() == &op; });
-    if (it == queue.end()) return;
+    if (it == queue.end() && !rendezvous) return;
     // comm.h: a dropped send is still delivered in full (with several lanes it already
     // has its number in the send order the peer matches by), from a private copy, since
     // the caller's buffer goes away.
@@ -268,11 +366,18 @@ void Peer::fail_all(const std::exception_ptr& error, bool tell_peer, const std::
       }
     }
     queued_.store(0, std::memory_order_release);
+    for (auto& [id, op] : rv_sends_) op->complete(error);
+    rv_sends_.clear();
+    rv_pending_.store(0, std::memory_order_release);
   }
   std::lock_guard<std::mutex> lock(recv_mu_);
   if (!recv_error_) recv_error_ = error;
   for (const std::shared_ptr<Op>& op : posted_) op->complete(error);
   posted_.clear();
+  for (auto& [id, op] : rv_recvs_) op->complete(error);
+  rv_recvs_.clear();
+  replies_.clear();
+  rv_events_.clear();
   for (Lane& lane : lanes_) {
     if (lane.incoming.op) lane.incoming.op->complete(error);
     lane.incoming = Incoming{};

@@ -1,11 +1,35 @@
 // The core's wire format on every channel (channel.h).
 //
 // Every message is a 16-byte header {u64 tag, u64 bytes} in host byte order (ranks of one
-// group share an architecture), followed by `bytes` of payload. Two tags outside both tag
-// ranges of comm.h are control frames:
+// group share an architecture), followed by `bytes` of payload ("eager"). Tags from
+// kFirstControlTag up, outside both tag ranges of comm.h, are control frames, handled on
+// whichever lane they arrive without taking a turn in the send order:
 //   kGoodbyeTag (0 bytes)  the sender is destroying its Comm cleanly; the end of the stream
 //                          may follow and is not an error
 //   kAbortTag (n bytes)    the sender aborted its Comm; the payload is the reason (text)
+//   kRvReadyTag (8 bytes)  rendezvous: {id}: send me the payload of your message `id`
+//   kRvDoneTag (8 bytes)   rendezvous: {id}: I copied message `id` out of your memory
+//   kRvDataTag (8+n bytes) rendezvous: {id} then the n bytes of message `id`
+//
+// Rendezvous: the sender writes the header with kRendezvousBit set in `bytes` and, instead
+// of the payload, a descriptor (RvDescriptor: an id, the payload's address, the address
+// and value of a token, flags). It takes its turn in the send order like any message, so
+// matching is unchanged. Two uses:
+//  - single copy (shared memory, single_copy_bytes() and up; kRvPull): the receiver copies
+//    the payload straight out of the sender's memory (Channel::read_remote) as soon as the
+//    descriptor arrives: into the posted receive, or, when none is posted yet, into a
+//    buffer of its own (as an eager message would be). The send completes without its
+//    receive being posted, as an eager one.
+//  - rendezvous proper (point-to-point tags, rendezvous_bytes() and up, no kRvPull): an
+//    early descriptor waits for its receive, so nothing large is buffered; the send
+//    completes only once the receive is posted (MPI's and gloo's rule; comm.h).
+// Once it has a buffer, the receiver copies the payload out when its channel can, then
+// reads the token: if it still has its value (the sender did not cancel the send, so the
+// payload stayed valid throughout the copy) it answers kRvDoneTag. Otherwise it answers
+// kRvReadyTag and the sender streams the payload in a kRvDataTag frame, read straight into
+// the buffer. The send completes on kRvDoneTag, or once its kRvDataTag frame is written.
+// A receive that does not match the announced size fails with DesyncError and answers
+// kRvDoneTag, as an eager message's payload would be dropped.
 #pragma once
 
 #include <cstddef>
@@ -19,9 +43,28 @@ struct WireHeader {
 };
 static_assert(sizeof(WireHeader) == 16);
 
+struct RvDescriptor {
+  uint64_t id = 0;
+  uint64_t address = 0;
+  uint64_t token_address = 0;
+  uint64_t token = 0;
+  uint64_t flags = 0;
+};
+static_assert(sizeof(RvDescriptor) == 40);
+// RvDescriptor::flags: copy the payload at once, received or not (single copy).
+inline constexpr uint64_t kRvPull = 1;
+
 inline constexpr size_t kHeaderBytes = sizeof(WireHeader);
 inline constexpr uint64_t kGoodbyeTag = ~uint64_t{0};
 inline constexpr uint64_t kAbortTag = ~uint64_t{0} - 1;
+inline constexpr uint64_t kRvReadyTag = ~uint64_t{0} - 2;
+inline constexpr uint64_t kRvDoneTag = ~uint64_t{0} - 3;
+inline constexpr uint64_t kRvDataTag = ~uint64_t{0} - 4;
+// Tags from here up are the transport's own (reserved: isend/irecv refuse them).
+inline constexpr uint64_t kFirstControlTag = ~uint64_t{0} - 15;
+inline constexpr bool is_control_tag(uint64_t tag) { return tag >= kFirstControlTag; }
+// Set in a data header's `bytes`: a rendezvous descriptor follows instead of the payload.
+inline constexpr uint64_t kRendezvousBit = uint64_t{1} << 62;
 // Longest abort reason sent or accepted; a longer one is a protocol error.
 inline constexpr uint64_t kMaxAbortReasonBytes = 4 * 1024;
 // Larger than any sane message; a header claiming more means the stream is corrupt.

@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include "tdist/error.h"
+#include "transport/shm/single_copy.h"
 
 namespace tdist::transport::shm {
 namespace {
@@ -23,7 +24,17 @@ ShmChannel::ShmChannel(PeerLink link)
       out_(link_.send.ring()),
       in_(link_.recv.ring()),
       out_chunk_(chunk_of(out_)),
-      in_chunk_(chunk_of(in_)) {}
+      in_chunk_(chunk_of(in_)),
+      single_copy_bytes_(single_copy_bytes()) {}
+
+size_t ShmChannel::single_copy_bytes() const {
+  return single_copy_allowed() ? single_copy_bytes_ : 0;
+}
+
+bool ShmChannel::read_remote(void* dest, uint64_t remote_address, size_t bytes) {
+  return single_copy_bytes_ > 0 && single_copy_allowed() &&
+         single_copy_read(link_.pid, dest, remote_address, bytes);
+}
 
 std::string ShmChannel::describe() const { return detail::str_cat("shm pid ", link_.pid); }
 

@@ -4,7 +4,8 @@
 // write() copies into the send ring as much as fits and publishes `head` every chunk (a
 // quarter ring, at most 256 KiB), so the peer starts copying a large message while this
 // side still writes it; read() copies out of the receive ring and publishes `tail` the
-// same way. Two memcpys per byte, no system call on the data path.
+// same way. Two memcpys per byte, no system call on the data path. Large messages go by
+// single copy instead where the kernel allows it (single_copy.h, core/wire.h).
 // The socket carries only wake-up bytes ('w', ring.h's sleep protocol) and the end of the
 // stream: the peer shutting it down (goodbye or abort) or dying closes it. read() reports
 // the end of the stream only once the ring is empty, so what a dead peer wrote before it
@@ -31,6 +32,10 @@ class ShmChannel final : public core::Channel {
   size_t read(const iovec* iov, size_t count, bool* eof, std::string* lost) override;
   bool readable() override;
   bool writable() override;
+  size_t rendezvous_bytes() const override { return size_t{1} << 20; }
+  // single_copy.h: from TDIST_SHM_SINGLE_COPY_BYTES, while the kernel allows it.
+  size_t single_copy_bytes() const override;
+  bool read_remote(void* dest, uint64_t remote_address, size_t bytes) override;
   void arm(bool want_write) override;
   void disarm() override;
   pollfd poll_for(bool want_read, bool want_write) override;
@@ -48,6 +53,7 @@ class ShmChannel final : public core::Channel {
   const RingView in_;                // link_.recv
   const uint64_t out_chunk_;         // bytes copied between publications of head
   const uint64_t in_chunk_;          // bytes copied between publications of tail
+  const size_t single_copy_bytes_;   // TDIST_SHM_SINGLE_COPY_BYTES (0: off)
   uint64_t head_ = 0;                // send direction: bytes written
   uint64_t tail_ = 0;                // receive direction: bytes consumed
   std::atomic<bool> closed_{false};  // the socket reached its end (or was shut down)

@@ -32,6 +32,8 @@ class TcpChannel final : public core::Channel {
     readable_.store(true, std::memory_order_relaxed);
     writable_.store(true, std::memory_order_relaxed);
   }
+  // A round trip costs less than 5% from here.
+  size_t rendezvous_bytes() const override { return size_t{1} << 20; }
   void arm(bool) override {}
   void disarm() override {}
   pollfd poll_for(bool want_read, bool want_write) override;

@@ -1,0 +1,30 @@
+// Single-copy transfers between the processes of one host: the receiver copies a large
+// message straight out of the sender's memory with process_vm_readv (Linux's CMA), one
+// copy instead of two through the rings (core/wire.h's rendezvous).
+//
+// The kernel allows it only where the reader may ptrace the sender: same user, and Yama's
+// ptrace_scope 0, no seccomp filter against it, CAP_SYS_PTRACE in some containers. The
+// first refusal (EPERM, ENOSYS) turns it off for the whole process with one log line;
+// large messages then go through the rings. TDIST_SHM_SINGLE_COPY_BYTES sets the size
+// from which it is used (0 turns it off).
+// Thread-safe.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tdist::transport::shm {
+
+// TDIST_SHM_SINGLE_COPY_BYTES: messages of at least this many bytes go by single copy;
+// 0 when it is off.
+size_t single_copy_bytes();
+// False once the kernel refused a single copy in this process.
+bool single_copy_allowed();
+
+// Copies `bytes` at `address` in process `pid` to `dest`. False when the kernel refused
+// or the range is not mapped there.
+bool single_copy_read(pid_t pid, void* dest, uint64_t address, size_t bytes);
+
+}  // namespace tdist::transport::shm
