@@ -219,17 +219,22 @@ bool Engine::poll_channels(Done done, Deadline deadline) {
   auto end = start + std::chrono::duration_cast<Clock::duration>(budget);
   if (!deadline.is_never() && deadline.time() < end) end = deadline.time();
   auto yield_at = start + kPollYieldEvery;
-  while (true) {
+  for (unsigned spin = 1;; ++spin) {
+    bool hint = false;
     for (auto& peer : peers_) {
-      if (peer) peer->refresh();
+      if (peer && peer->poll_hint()) hint = true;
     }
-    Progress progress = progress_pass();
-    if (progress.completed > 0) notify_waiters();
-    if (progress.moved || progress.completed > 0 || done() || aborted_.load()) {
-      poll_budget_->record(Clock::now() - start);
-      return true;
+    if (hint) {
+      Progress progress = progress_pass();
+      if (progress.completed > 0) notify_waiters();
+      if (progress.moved || progress.completed > 0) {
+        poll_budget_->record(Clock::now() - start);
+        return true;
+      }
     }
+    if (done() || aborted_.load()) return true;  // completed by another thread
     cpu_relax();
+    if (spin % 8 != 0) continue;  // reading the clock costs as much as a look at the rings
     const auto now = Clock::now();
     if (now >= end) {
       idle_since_ = start;  // judged when work comes (drive)

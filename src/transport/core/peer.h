@@ -87,9 +87,16 @@ class Peer {
   // One bounded pass: writes queued sends, reads the lanes that have bytes.
   Progress progress(std::string* lost);
 
-  // Polling: every lane's Channel::refresh().
-  void refresh() {
-    for (Lane& lane : lanes_) lane.channel->refresh();
+  // Polling: refreshes every lane (Channel::refresh) and tells, without taking a lock,
+  // whether progress() may find something to do (sends queued, bytes to read, rendezvous
+  // frames to pass on). Cheap enough to spin on.
+  bool poll_hint() {
+    bool hint = sends_queued() || rv_exchange_.load(std::memory_order_acquire);
+    for (Lane& lane : lanes_) {
+      lane.channel->refresh();
+      hint = hint || lane.channel->readable();
+    }
+    return hint;
   }
 
   // Sleeping (channel.h): arms every lane and appends one pollfd per lane to `fds`; after

@@ -25,7 +25,7 @@ ShmChannel::ShmChannel(PeerLink link)
       in_(link_.recv.ring()),
       out_chunk_(chunk_of(out_)),
       in_chunk_(chunk_of(in_)),
-      single_copy_bytes_(single_copy_bytes()) {}
+      single_copy_bytes_(shm::single_copy_bytes()) {}
 
 size_t ShmChannel::single_copy_bytes() const {
   return single_copy_allowed() ? single_copy_bytes_ : 0;
