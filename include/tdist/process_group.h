@@ -118,7 +118,10 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   WorkPtr barrier();
 
   // ---- point-to-point (matched by peer and tag; not ordered with collectives) ----
-  // Checked as collectives are, but not numbered.
+  // Checked as collectives are, but not numbered. On the built-in backends a send of
+  // 1 MiB or more completes only once the peer posted its receive (as gloo's and MPI's
+  // large sends do), so that no such message is ever buffered; smaller ones may complete
+  // before.
   WorkPtr isend(const void* data, size_t count, DType dtype, int dst, uint32_t tag = 0);
   WorkPtr irecv(void* data, size_t count, DType dtype, int src, uint32_t tag = 0);
   void send(const void* data, size_t count, DType dtype, int dst, uint32_t tag = 0) {

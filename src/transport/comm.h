@@ -11,11 +11,11 @@
 // (a message that arrives before its receive is posted is buffered by the transport). A
 // receive must name the exact byte count: a message of another length is a DesyncError
 // naming both lengths. Zero-byte messages are allowed.
-// Completion of sends (MPI's and gloo's rule): a small send may complete before its
-// receive is posted (buffered eagerly); a large one (from the channel's rendezvous size:
-// core/wire.h; 64 KiB on shared memory with single copy, 1 MiB otherwise) completes only
-// once its receive is posted, so nothing large is ever buffered. Code that waits on a
-// send before posting the receive it depends on must not rely on the message being small.
+// Completion of sends: a send may complete before its receive is posted (buffered
+// eagerly over there, or copied out of this process by the receiver: core/wire.h), except
+// a point-to-point send (p2p_tag) of 1 MiB or more, which completes only once its receive
+// is posted (MPI's and gloo's rule), so that nothing that large is buffered. Code that
+// waits on such a send before posting the receive it depends on deadlocks.
 //
 // Tags: collectives use collective_tag(seq, step) (the group's operation sequence number
 // and a step within the operation); user point-to-point tags are p2p_tag(tag). The two
