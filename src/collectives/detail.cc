@@ -17,6 +17,14 @@ struct ScratchStats {
 };
 thread_local ScratchStats g_scratch;
 
+// One buffer kept per thread for the next Scratch (the largest freed, up to a bound).
+struct ScratchCache {
+  std::unique_ptr<uint8_t[]> data;
+  size_t bytes = 0;
+};
+thread_local ScratchCache g_scratch_cache;
+constexpr size_t kScratchCacheMax = size_t{64} << 20;
+
 }  // namespace
 
 RequestQueue::~RequestQueue() {
@@ -49,13 +57,30 @@ void RequestQueue::wait_all() {
   while (!queue_.empty()) wait_front();
 }
 
-Scratch::Scratch(size_t bytes)
-    : data_(std::make_unique_for_overwrite<uint8_t[]>(bytes)), bytes_(bytes) {
+Scratch::Scratch(size_t bytes) : bytes_(bytes) {
+  // Reuse this thread's kept buffer when it is large enough: a fresh large allocation is
+  // mmapped, and faulting its pages in costs more than a mid-size collective's transfer.
+  ScratchCache& cache = g_scratch_cache;
+  if (bytes > 0 && cache.data && cache.bytes >= bytes) {
+    data_ = std::move(cache.data);
+    capacity_ = cache.bytes;
+    cache.bytes = 0;
+  } else {
+    data_ = std::make_unique_for_overwrite<uint8_t[]>(bytes);
+    capacity_ = bytes;
+  }
   g_scratch.live += bytes;
   g_scratch.peak = std::max(g_scratch.peak, g_scratch.live);
 }
 
-Scratch::~Scratch() { g_scratch.live -= bytes_; }
+Scratch::~Scratch() {
+  g_scratch.live -= bytes_;
+  ScratchCache& cache = g_scratch_cache;
+  if (capacity_ > cache.bytes && capacity_ <= kScratchCacheMax) {
+    cache.data = std::move(data_);
+    cache.bytes = capacity_;
+  }
+}
 
 size_t scratch_peak_bytes() { return g_scratch.peak; }
 void reset_scratch_peak() { g_scratch.peak = g_scratch.live; }

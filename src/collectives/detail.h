@@ -8,7 +8,8 @@
 //               the Comm was aborted). A queue destroyed with requests left (an exception
 //               unwinding from elsewhere) aborts the Comm too.
 // Scratch       an uninitialised byte buffer whose size is counted per thread, so tests
-//               can check an algorithm's memory bound (scratch_peak_bytes()).
+//               can check an algorithm's memory bound (scratch_peak_bytes()). Each thread
+//               keeps its largest freed one (up to 64 MiB) for the next.
 // Blocks        the balanced split of `count` elements into `parts` blocks (the first
 //               count % parts blocks get one extra element).
 // exchange_reduce  one pipelined send/receive-and-reduce with a peer through a bounded
@@ -122,6 +123,7 @@ class Scratch {
  private:
   std::unique_ptr<uint8_t[]> data_;
   size_t bytes_;
+  size_t capacity_ = 0;
 };
 
 // Peak bytes of Scratch alive at once on this thread since the last reset (tests).
