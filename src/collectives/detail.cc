@@ -23,7 +23,7 @@ struct ScratchCache {
   size_t bytes = 0;
 };
 thread_local ScratchCache g_scratch_cache;
-constexpr size_t kScratchCacheMax = size_t{64} << 20;
+constexpr size_t kScratchCacheMax = size_t{16} << 20;
 
 }  // namespace
 

@@ -9,7 +9,7 @@
 //               unwinding from elsewhere) aborts the Comm too.
 // Scratch       an uninitialised byte buffer whose size is counted per thread, so tests
 //               can check an algorithm's memory bound (scratch_peak_bytes()). Each thread
-//               keeps its largest freed one (up to 64 MiB) for the next.
+//               keeps its largest freed one (up to 16 MiB) for the next.
 // Blocks        the balanced split of `count` elements into `parts` blocks (the first
 //               count % parts blocks get one extra element).
 // exchange_reduce  one pipelined send/receive-and-reduce with a peer through a bounded
