@@ -41,7 +41,7 @@ constexpr auto kSettings = std::to_array<Setting>({
      "reduction kernels to use: auto (best the CPU has), avx512, avx2, sse4 or scalar"},
     {"TDIST_SHM_RING_BYTES", "1048576",
      "bytes of each shared-memory ring (one per ordered pair of ranks on a host)"},
-    {"TDIST_SHM_SINGLE_COPY_BYTES", "262144",
+    {"TDIST_SHM_SINGLE_COPY_BYTES", "1048576",
      "shared-memory messages of at least this many bytes are copied straight from the sender's "
      "memory (process_vm_readv) where the kernel allows it; 0 = always through the rings"},
     {"TDIST_SOCKET_BUFFER_BYTES", "4194304",
