@@ -5,6 +5,7 @@
 # medians and tdist's ratio to OpenMPI per size (docs/performance.md), then one
 # torch.distributed gloo run for reference. Iterations per size are the same for both:
 # 2000 up to 1 KiB, 500 up to 256 KiB, 20 from 1 MiB.
+# Both bind each rank to a core (mpirun's default; BIND=none leaves tdist's unbound).
 # Needs: a build (BUILD=dir, default build), openmpi-bin, libopenmpi-dev; python3-torch
 # for the gloo line (skipped without it).
 # Usage: bash scripts/bench_peers.sh [WORLD] [MAX_BYTES] [ROUNDS]   (2 67108864 3)
@@ -14,6 +15,7 @@ world=${1:-2}
 max=${2:-67108864}
 rounds=${3:-3}
 build=${BUILD:-build}
+bind=${BIND:-core}  # tdist-bench pins its ranks as mpirun does by default (BIND=none: not)
 anchors=../shared/anchors
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 tmp=$(mktemp -d)
@@ -25,10 +27,10 @@ raw="$tmp/raw.txt"
 tdist() {  # BACKEND: tdist-bench over the three size brackets, as "sys= bytes= time_us="
   local backend=$1
   {
-    "$bench" --nproc "$world" --backend "$backend" -b 8 -e 1K -f 2 -n 2000 -w 200 -c 0
-    "$bench" --nproc "$world" --backend "$backend" -b 4K -e 256K -f 4 -n 500 -w 50 -c 0
+    "$bench" --nproc "$world" --bind "$bind" --backend "$backend" -b 8 -e 1K -f 2 -n 2000 -w 200 -c 0
+    "$bench" --nproc "$world" --bind "$bind" --backend "$backend" -b 4K -e 256K -f 4 -n 500 -w 50 -c 0
     if ((max >= 1048576)); then
-      "$bench" --nproc "$world" --backend "$backend" -b 1M -e "$max" -f 4 -n 20 -w 2 -c 0
+      "$bench" --nproc "$world" --bind "$bind" --backend "$backend" -b 1M -e "$max" -f 4 -n 20 -w 2 -c 0
     fi
   } | awk -v s="tdist-$backend" '$1 ~ /^[0-9]+$/ { print "sys=" s, "bytes=" $1, "time_us=" $6 }'
 }

@@ -48,8 +48,8 @@ constexpr Flag kFlags[] = {
     {'i', "stepbytes", true}, {'n', "iters", true},    {'w', "warmup_iters", true},
     {'c', "check", true},     {'d', "datatype", true}, {'o', "op", true},
     {'r', "root", true},      {0, "coll", true},       {0, "backend", true},
-    {0, "nproc", true},       {0, "timeout", true},    {0, "inplace", true},
-    {'h', "help", false},
+    {0, "nproc", true},       {0, "bind", true},       {0, "timeout", true},
+    {0, "inplace", true},     {'h', "help", false},
 };
 
 // Applies one flag's value to `o`; returns an error message or "".
@@ -92,6 +92,12 @@ std::string apply(const Flag& flag, std::string_view value, Options& o) {
   }
   if (n == "root") return int_in(0, 1 << 24, o.root);
   if (n == "nproc") return int_in(1, 1024, o.nproc);
+  if (n == "bind") {
+    if (value != "core" && value != "none")
+      return "--bind must be core or none, not '" + std::string(value) + "'";
+    o.bind = value == "core";
+    return {};
+  }
   if (n == "timeout") {
     int seconds = 0;
     std::string err = int_in(1, 86'400 * 7, seconds);
@@ -288,6 +294,8 @@ std::string usage(std::string_view program) {
       << "                           reduce, all_gather (default 0)\n"
       << "      --backend NAME       process-group backend (default tcp)\n"
       << "      --nproc N            spawn N local ranks (the parent hosts the store)\n"
+      << "      --bind core|none     with --nproc: pin rank r to the r-th CPU of the affinity\n"
+      << "                           mask when there are enough, as mpirun does (default none)\n"
       << "      --timeout SECONDS    the group's timeout, and with --nproc the deadline of the\n"
       << "                           whole run (default 600)\n"
       << "  -h, --help               this text\n\n"

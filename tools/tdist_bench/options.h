@@ -54,7 +54,8 @@ struct Options {
   int root = 0;
   std::vector<Coll> colls = {Coll::kAllReduce};
   std::string backend = "tcp";
-  int nproc = 0;  // 0: run as one rank under a launcher (env://)
+  int nproc = 0;      // 0: run as one rank under a launcher (env://)
+  bool bind = false;  // --nproc: pin rank r to the r-th CPU (--bind core), as mpirun does
   std::chrono::milliseconds timeout{600'000};
   bool help = false;
 };

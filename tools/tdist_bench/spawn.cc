@@ -1,6 +1,7 @@
 // tdist-bench --nproc: spawning, watching and stopping local ranks (see spawn.h).
 #include "tdist_bench/spawn.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -195,6 +196,18 @@ int spawn_local(int argc, const char* const* argv, const Options& options) {
   std::fflush(stdout);
   std::fflush(stderr);
 
+  // The CPUs of this process's mask, for --bind core (as mpirun binds by default): when
+  // every rank can have its own, rank r gets the r-th; the scheduler otherwise may keep
+  // two polling ranks on one CPU for a long time.
+  std::vector<int> cpus;
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (options.bind && ::sched_getaffinity(0, sizeof(mask), &mask) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &mask)) cpus.push_back(c);
+    }
+  }
+  if (cpus.size() < static_cast<size_t>(nproc)) cpus.clear();
   std::vector<Child> children(static_cast<size_t>(nproc));
   for (int r = 0; r < nproc; ++r) {
     pid_t pid = ::fork();
@@ -208,6 +221,12 @@ int spawn_local(int argc, const char* const* argv, const Options& options) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent) ::_exit(1);  // the parent is already gone
       ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+      if (!cpus.empty()) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpus[static_cast<size_t>(r)], &one);
+        ::sched_setaffinity(0, sizeof(one), &one);  // best effort
+      }
       ::execve("/proc/self/exe", arg_ptrs.data(), env_ptrs[static_cast<size_t>(r)].data());
       static const char kMsg[] = "tdist-bench: execve(/proc/self/exe) failed\n";
       ssize_t ignored = ::write(STDERR_FILENO, kMsg, sizeof kMsg - 1);

@@ -6,6 +6,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 
@@ -19,7 +20,7 @@ namespace {
 // How long destruction may spend flushing sends and saying goodbye.
 constexpr auto kCloseTimeout = std::chrono::seconds(2);
 // A polling driver yields its core this often.
-constexpr auto kPollYieldEvery = std::chrono::microseconds(50);
+constexpr auto kPollYieldEvery = std::chrono::microseconds(20);
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -212,7 +213,14 @@ int Engine::local_ranks() const {
 template <typename Done>
 bool Engine::poll_channels(Done done, Deadline deadline) {
   if (on_background_thread()) return false;
-  if (!poll_budget_) poll_budget_.emplace(poll_limit(local_ranks()));
+  if (!poll_budget_) {
+    const int local = local_ranks();
+    poll_budget_.emplace(poll_limit(local));
+    TDIST_LOG(kDebug) << "rank " << rank_ << ": waiters poll for up to "
+                      << poll_budget_->current().count() / 1000 << " us (" << usable_cores()
+                      << " cores for " << std::max(local, launcher_local_ranks())
+                      << " local ranks; 0 = sleep at once)";
+  }
   const auto budget = poll_budget_->current();
   if (budget.count() <= 0) return false;
   const auto start = Clock::now();
