@@ -54,8 +54,9 @@ int main(int argc, char** argv) {
       pg->recv(&value, 1, tdist::DType::kI32, 0);
     }
   });
-  measure("all_reduce", *pg, seconds,
-          [&] { pg->all_reduce(&value, 1, tdist::DType::kI32, tdist::ReduceOpKind::kSum)->wait(); });
+  measure("all_reduce", *pg, seconds, [&] {
+    pg->all_reduce(&value, 1, tdist::DType::kI32, tdist::ReduceOpKind::kSum)->wait();
+  });
   tdist::destroy_process_group();
   return 0;
 }

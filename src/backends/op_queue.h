@@ -9,11 +9,11 @@
 // while operations keep coming: the worker then looks at the queue every millisecond by
 // itself, so a caller that runs its own operation pays no wake-up; after a second with no
 // push it sleeps until the next push wakes it (an idle group costs no CPU). An operation
-// nobody waits on thus starts within claim_delay plus a millisecond. The worker is a background
-// thread (transport/polling.h): it sleeps while it waits; a caller running its own operation may
-// poll. longest_op: how long one operation
-// can block; a caller helps only when it is willing to wait that long (operations cannot
-// stop at a caller's shorter deadline), else it just sleeps until the Work finishes.
+// nobody waits on thus starts within claim_delay plus a millisecond. The worker is a
+// background thread (transport/polling.h): it sleeps while it waits; a caller running its
+// own operation may poll. longest_op: how long one operation can block; a caller helps
+// only when it is willing to wait that long (operations cannot stop at a caller's shorter
+// deadline), else it just sleeps until the Work finishes.
 // Thread-safety: push and run_until may be called from any thread. Operations must finish
 // their Work (an exception escaping one is a bug: std::terminate). Destruction (or stop())
 // lets queued operations finish, then joins the worker.

@@ -151,7 +151,6 @@ class Peer {
     std::string control;       // payload of an abort notice
     uint64_t words[5] = {};    // see above
     size_t message_bytes = 0;  // a rendezvous's payload bytes
-    bool desynced = false;     // a rendezvous whose receive failed: answer kRvDoneTag
   };
   struct Lane {
     std::unique_ptr<Channel> channel;
@@ -177,6 +176,9 @@ class Peer {
   std::string finish_message_locked(size_t lane, Progress* progress);
   std::string end_of_stream_locked(size_t lane, const std::string& why);
   std::string finish_rendezvous_locked(size_t lane, Incoming& done, Progress* progress);
+  // Copies a rendezvous's payload out of the peer's memory to `dest` and queues the
+  // answer: kRvDoneTag when that worked, else kRvReadyTag (the payload is then streamed).
+  bool copy_out_locked(size_t lane, void* dest, size_t bytes, const RvDescriptor& rv);
   // A matched rendezvous: copies it out of the peer's memory, or asks for the payload.
   void fetch_locked(size_t lane, const std::shared_ptr<Op>& op, const RvDescriptor& rv,
                     Progress* progress);
@@ -186,6 +188,7 @@ class Peer {
   // Moves replies_ and rv_events_ to the send side (takes recv_mu_, then send_mu_).
   Progress exchange_rendezvous(std::string* lost);
   std::exception_ptr desync(uint64_t tag, size_t expected, size_t actual) const;
+  std::string out_of_memory(size_t bytes) const;  // the lost message for a failed buffer
 
   // The streams' part of progress(): queued sends out, lanes read.
   Progress progress_streams(std::string* lost);

@@ -253,7 +253,6 @@ std::string Peer::start_message_locked(size_t lane_index, uint64_t tag, uint64_t
       if (op->bytes != bytes) {
         op->complete(desync(tag, op->bytes, bytes));  // the payload is dropped
         ++progress->completed;
-        incoming.desynced = rendezvous;
       } else if (rendezvous) {
         incoming.op = std::move(op);
       } else {
@@ -271,8 +270,7 @@ std::string Peer::start_message_locked(size_t lane_index, uint64_t tag, uint64_t
                        rendezvous,
                        {}});
       } catch (const std::bad_alloc&) {
-        return lost(detail::str_cat("out of memory buffering a ", bytes,
-                                    "-byte message that arrived before its receive"));
+        return out_of_memory(bytes);
       }
       incoming.unexpected = &unexpected_.back();
       if (!rendezvous) incoming.dest = incoming.unexpected->data.get();
@@ -332,8 +330,7 @@ std::string Peer::finish_rendezvous_locked(size_t lane_index, Incoming& done, Pr
         try {
           if (!early->data) early->data = std::make_unique_for_overwrite<uint8_t[]>(early->bytes);
         } catch (const std::bad_alloc&) {
-          return lost(detail::str_cat("out of memory buffering a ", early->bytes,
-                                      "-byte message that arrived before its receive"));
+          return out_of_memory(early->bytes);
         }
         early->rendezvous = false;
         early->complete = false;
@@ -374,43 +371,46 @@ std::string Peer::finish_rendezvous_locked(size_t lane_index, Incoming& done, Pr
   return {};
 }
 
-void Peer::fetch_locked(size_t lane_index, const std::shared_ptr<Op>& op, const RvDescriptor& rv,
-                        Progress* progress) {
+bool Peer::copy_out_locked(size_t lane_index, void* dest, size_t bytes, const RvDescriptor& rv) {
   Channel& channel = *lanes_[lane_index].channel;
   uint64_t token = 0;
   // The token is read after the payload: still valid then, the payload was valid throughout
   // (the sender zeroes it before it lets the buffer go; wire.h).
-  if (channel.read_remote(op->data, rv.address, op->bytes) &&
-      channel.read_remote(&token, rv.token_address, sizeof(token)) && token == rv.token) {
+  const bool copied = channel.read_remote(dest, rv.address, bytes) &&
+                      channel.read_remote(&token, rv.token_address, sizeof(token)) &&
+                      token == rv.token;
+  replies_.push_back({copied ? kRvDoneTag : kRvReadyTag, rv.id, lane_index});
+  rv_exchange_.store(true, std::memory_order_release);
+  return copied;
+}
+
+void Peer::fetch_locked(size_t lane_index, const std::shared_ptr<Op>& op, const RvDescriptor& rv,
+                        Progress* progress) {
+  if (copy_out_locked(lane_index, op->data, op->bytes, rv)) {
     op->complete(nullptr);
     ++progress->completed;
-    replies_.push_back({kRvDoneTag, rv.id, lane_index});
   } else {
     rv_recvs_[rv.id] = op;
-    replies_.push_back({kRvReadyTag, rv.id, lane_index});
   }
-  rv_exchange_.store(true, std::memory_order_release);
 }
 
 std::string Peer::pull_unexpected_locked(size_t lane_index, Unexpected& u) {
-  Channel& channel = *lanes_[lane_index].channel;
   try {
     u.data = std::make_unique_for_overwrite<uint8_t[]>(u.bytes);
   } catch (const std::bad_alloc&) {
-    return lost(detail::str_cat("out of memory buffering a ", u.bytes,
-                                "-byte message that arrived before its receive"));
+    return out_of_memory(u.bytes);
   }
-  uint64_t token = 0;
-  if (channel.read_remote(u.data.get(), u.rv.address, u.bytes) &&
-      channel.read_remote(&token, u.rv.token_address, sizeof(token)) && token == u.rv.token) {
+  if (copy_out_locked(lane_index, u.data.get(), u.bytes, u.rv)) {
     u.rendezvous = false;  // now an ordinary unexpected message, complete
-    replies_.push_back({kRvDoneTag, u.rv.id, lane_index});
   } else {
     u.asked = true;
-    replies_.push_back({kRvReadyTag, u.rv.id, lane_index});
   }
-  rv_exchange_.store(true, std::memory_order_release);
   return {};
+}
+
+std::string Peer::out_of_memory(size_t bytes) const {
+  return lost(detail::str_cat("out of memory buffering a ", bytes,
+                              "-byte message that arrived before its receive"));
 }
 
 }  // namespace tdist::transport::core
