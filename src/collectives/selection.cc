@@ -30,6 +30,8 @@
 //              copy on the non-roots).
 #include "collectives/selection.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "tdist/error.h"
@@ -37,11 +39,50 @@
 namespace tdist::coll {
 namespace {
 
-constexpr size_t kAllReduceSmall = 32 * 1024;
-constexpr size_t kAllReduceTwoRanks = 512 * 1024;
-constexpr size_t kAllReduceLarge = 1024 * 1024;
-constexpr size_t kBroadcastTree = 64 * 1024;
-constexpr size_t kReduceTree = 256 * 1024;
+using transport::LinkClass;
+
+constexpr size_t kAlways = SIZE_MAX;  // the first algorithm at every size
+constexpr size_t kNever = 0;          // the second algorithm at every size
+
+// Bytes of the per-rank vector up to which (inclusive) the latency algorithm runs.
+struct Thresholds {
+  size_t recursive_doubling;  // all_reduce: recursive doubling up to this;
+  size_t halving_doubling;    //   then halving-doubling up to this; the ring above
+  size_t broadcast_binomial;  // broadcast: binomial tree up to this; the chain above
+  size_t reduce_binomial;     // reduce: binomial tree up to this; the chain above
+};
+
+// By link class and world size 2, 3, 4 (for now both hold the older TCP-only thresholds).
+constexpr Thresholds kShmTable[] = {
+    {512 << 10, 512 << 10, kAlways, 256 << 10},
+    {32 << 10, 1 << 20, 64 << 10, 256 << 10},
+    {32 << 10, 1 << 20, 64 << 10, 256 << 10},
+};
+constexpr Thresholds kTcpTable[] = {
+    {512 << 10, 512 << 10, kAlways, 256 << 10},
+    {32 << 10, 1 << 20, 64 << 10, 256 << 10},
+    {32 << 10, 1 << 20, 64 << 10, 256 << 10},
+};
+constexpr int kLargestMeasuredWorld = 4;
+
+// A threshold above which an algorithm with rounds linear in the world (ring, chain)
+// takes over, for `world` > kLargestMeasuredWorld: scaled by (world - 1) / 3, as its
+// latency grows (saturating).
+size_t scale_linear(size_t bytes, int world) {
+  if (bytes == kAlways || bytes == kNever) return bytes;
+  const size_t factor = static_cast<size_t>(world - 1);
+  return bytes > kAlways / factor ? kAlways : bytes * factor / (kLargestMeasuredWorld - 1);
+}
+
+Thresholds thresholds(LinkClass link, int world) {
+  const Thresholds* table = link == LinkClass::kShm ? kShmTable : kTcpTable;
+  if (world <= kLargestMeasuredWorld) return table[std::max(world, 2) - 2];
+  Thresholds t = table[kLargestMeasuredWorld - 2];
+  t.halving_doubling = std::max(t.recursive_doubling, scale_linear(t.halving_doubling, world));
+  t.broadcast_binomial = scale_linear(t.broadcast_binomial, world);
+  t.reduce_binomial = scale_linear(t.reduce_binomial, world);
+  return t;
+}
 
 constexpr Algorithm kAllReduceAlgos[] = {Algorithm::kRing, Algorithm::kHalvingDoubling,
                                          Algorithm::kRecursiveDoubling, Algorithm::kHierarchical};
@@ -59,17 +100,17 @@ bool has_hierarchical(Collective c) {
   return false;
 }
 
-Algorithm by_size(Collective c, size_t bytes, int world) {
+Algorithm by_size(Collective c, size_t bytes, int world, LinkClass link) {
+  const Thresholds t = thresholds(link, world);
   switch (c) {
     case Collective::kAllReduce:
-      if (bytes <= kAllReduceSmall) return Algorithm::kRecursiveDoubling;
-      if (world == 2 && bytes <= kAllReduceTwoRanks) return Algorithm::kRecursiveDoubling;
-      if (bytes <= kAllReduceLarge) return Algorithm::kHalvingDoubling;
+      if (bytes <= t.recursive_doubling) return Algorithm::kRecursiveDoubling;
+      if (bytes <= t.halving_doubling) return Algorithm::kHalvingDoubling;
       return Algorithm::kRing;
     case Collective::kBroadcast:
-      return bytes <= kBroadcastTree || world <= 2 ? Algorithm::kBinomial : Algorithm::kChain;
+      return bytes <= t.broadcast_binomial ? Algorithm::kBinomial : Algorithm::kChain;
     case Collective::kReduce:
-      return bytes <= kReduceTree ? Algorithm::kBinomial : Algorithm::kChain;
+      return bytes <= t.reduce_binomial ? Algorithm::kBinomial : Algorithm::kChain;
     default:
       return algorithms_for(c).front();
   }
@@ -157,7 +198,7 @@ std::string algorithm_names(Collective c) {
   return out;
 }
 
-Algorithm select_algorithm(Collective c, size_t bytes, int world, int num_hosts,
+Algorithm select_algorithm(Collective c, size_t bytes, int world, int num_hosts, LinkClass link,
                            Algorithm requested, Algorithm forced) {
   if (requested != Algorithm::kAuto) {
     for (Algorithm a : algorithms_for(c)) {
@@ -168,7 +209,7 @@ Algorithm select_algorithm(Collective c, size_t bytes, int world, int num_hosts,
   }
   if (forced != Algorithm::kAuto) return forced;
   if (num_hosts > 1 && num_hosts < world && has_hierarchical(c)) return Algorithm::kHierarchical;
-  return by_size(c, bytes, world);
+  return by_size(c, bytes, world, link);
 }
 
 }  // namespace tdist::coll

@@ -14,6 +14,7 @@ namespace tdist::coll {
 namespace {
 
 using testing::ScopedEnv;
+constexpr transport::LinkClass kTcp = transport::LinkClass::kTcp;
 
 // What TDIST_ALGO=`value` forces for `c`.
 Algorithm forced(const char* value, Collective c) {
@@ -22,7 +23,7 @@ Algorithm forced(const char* value, Collective c) {
 
 // select_algorithm on one host, with TDIST_ALGO=`algo`.
 Algorithm flat(Collective c, size_t bytes, int world, const char* algo = "") {
-  return select_algorithm(c, bytes, world, 1, Algorithm::kAuto, forced(algo, c));
+  return select_algorithm(c, bytes, world, 1, kTcp, Algorithm::kAuto, forced(algo, c));
 }
 
 TEST(Selection, BySize) {
@@ -36,7 +37,7 @@ TEST(Selection, BySize) {
     for (size_t bytes : {size_t{0}, size_t{1000}, size_t{1} << 30}) {
       for (int world : {1, 2, 3, 8, 64}) {
         for (int hosts : {1, 2, world}) {
-          const Algorithm a = select_algorithm(c, bytes, world, hosts);
+          const Algorithm a = select_algorithm(c, bytes, world, hosts, kTcp);
           bool valid = false;
           for (Algorithm ok : algorithms_for(c)) valid = valid || ok == a;
           EXPECT_TRUE(valid) << collective_name(c) << " chose " << algorithm_name(a);
@@ -50,27 +51,32 @@ TEST(Selection, GroupsSpanningHostsRunHierarchicalAtEverySize) {
   for (Collective c : {Collective::kAllReduce, Collective::kBroadcast, Collective::kReduce,
                        Collective::kAllGather, Collective::kReduceScatter, Collective::kBarrier}) {
     for (size_t bytes : {size_t{0}, size_t{4}, size_t{64} << 10, size_t{1} << 30}) {
-      EXPECT_EQ(select_algorithm(c, bytes, 4, 2), Algorithm::kHierarchical) << collective_name(c);
-      EXPECT_EQ(select_algorithm(c, bytes, 6, 3), Algorithm::kHierarchical) << collective_name(c);
+      EXPECT_EQ(select_algorithm(c, bytes, 4, 2, kTcp), Algorithm::kHierarchical)
+          << collective_name(c);
+      EXPECT_EQ(select_algorithm(c, bytes, 6, 3, kTcp), Algorithm::kHierarchical)
+          << collective_name(c);
       // One host, or one rank per host: flat.
-      EXPECT_NE(select_algorithm(c, bytes, 4, 1), Algorithm::kHierarchical) << collective_name(c);
-      EXPECT_NE(select_algorithm(c, bytes, 4, 4), Algorithm::kHierarchical) << collective_name(c);
+      EXPECT_NE(select_algorithm(c, bytes, 4, 1, kTcp), Algorithm::kHierarchical)
+          << collective_name(c);
+      EXPECT_NE(select_algorithm(c, bytes, 4, 4, kTcp), Algorithm::kHierarchical)
+          << collective_name(c);
     }
   }
   // The collectives without a hierarchical form stay flat.
-  EXPECT_EQ(select_algorithm(Collective::kGather, 100, 4, 2), Algorithm::kLinear);
-  EXPECT_EQ(select_algorithm(Collective::kScatter, 100, 4, 2), Algorithm::kLinear);
-  EXPECT_EQ(select_algorithm(Collective::kAllToAll, 100, 4, 2), Algorithm::kPairwise);
+  EXPECT_EQ(select_algorithm(Collective::kGather, 100, 4, 2, kTcp), Algorithm::kLinear);
+  EXPECT_EQ(select_algorithm(Collective::kScatter, 100, 4, 2, kTcp), Algorithm::kLinear);
+  EXPECT_EQ(select_algorithm(Collective::kAllToAll, 100, 4, 2, kTcp), Algorithm::kPairwise);
   // One rank per host: the size thresholds as on one host.
-  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 64, 8, 8), Algorithm::kRecursiveDoubling);
+  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 64, 8, 8, kTcp),
+            Algorithm::kRecursiveDoubling);
 }
 
 TEST(Selection, ForcedAlgorithmsWinOverTheTopology) {
   const CollectiveSettings ring = CollectiveSettings::parse("all_reduce=ring", 4096);
-  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 64, 4, 2, Algorithm::kAuto,
+  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 64, 4, 2, kTcp, Algorithm::kAuto,
                              ring.forced(Collective::kAllReduce)),
             Algorithm::kRing);
-  EXPECT_EQ(select_algorithm(Collective::kBroadcast, 64, 4, 2, Algorithm::kAuto,
+  EXPECT_EQ(select_algorithm(Collective::kBroadcast, 64, 4, 2, kTcp, Algorithm::kAuto,
                              ring.forced(Collective::kBroadcast)),
             Algorithm::kHierarchical);
   // Hierarchical forced on one host (it degenerates to one intra-host phase).
@@ -81,17 +87,18 @@ TEST(Selection, ForcedAlgorithmsWinOverTheTopology) {
                    "reduce_scatter=hierarchical,barrier=hierarchical",
                    Collective::kBarrier),
             Algorithm::kHierarchical);
-  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 64, 4, 2, Algorithm::kRecursiveDoubling),
+  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 64, 4, 2, kTcp, Algorithm::kRecursiveDoubling),
             Algorithm::kRecursiveDoubling);
-  EXPECT_THROW(select_algorithm(Collective::kGather, 8, 4, 2, Algorithm::kHierarchical),
+  EXPECT_THROW(select_algorithm(Collective::kGather, 8, 4, 2, kTcp, Algorithm::kHierarchical),
                InvalidArgument);
 }
 
 TEST(Selection, ExplicitChoiceWinsAndIsChecked) {
   const Algorithm ring = forced("all_reduce=ring", Collective::kAllReduce);
-  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 8, 4, 1, Algorithm::kHalvingDoubling, ring),
-            Algorithm::kHalvingDoubling);
-  EXPECT_THROW(select_algorithm(Collective::kBroadcast, 8, 4, 1, Algorithm::kRing),
+  EXPECT_EQ(
+      select_algorithm(Collective::kAllReduce, 8, 4, 1, kTcp, Algorithm::kHalvingDoubling, ring),
+      Algorithm::kHalvingDoubling);
+  EXPECT_THROW(select_algorithm(Collective::kBroadcast, 8, 4, 1, kTcp, Algorithm::kRing),
                InvalidArgument);
 }
 
