@@ -7,7 +7,8 @@
 # Usage: bash scripts/sweep_algorithms.sh BUILD_DIR [algo_sweep flags]
 #   e.g. bash scripts/sweep_algorithms.sh build --transports shm --worlds 2 --rounds 5
 #   flags: --transports tcp,shm --worlds 2,3,4 --min-bytes 8 --max-bytes 64M --factor 2
-#          --rounds 3 --iters-scale 1 --margin 0.1 (tests/collectives/algo_sweep.cc)
+#          --rounds 3 --iters-scale 1 --margin 0.1 --wait-idle 0
+#          (tests/collectives/algo_sweep.cc)
 set -euo pipefail
 if [[ $# -lt 1 || ! -d $1 ]]; then
   echo "usage: bash scripts/sweep_algorithms.sh BUILD_DIR [algo_sweep flags]" >&2

@@ -3,40 +3,40 @@
 // thresholds of src/collectives/selection.cc. Not a test; scripts/sweep_algorithms.sh
 // runs it. Usage (every flag optional; sizes take K and M suffixes, powers of 1024):
 //   algo_sweep [--transports tcp,shm] [--worlds 2,3,4] [--min-bytes 8] [--max-bytes 64M]
-//              [--factor 2] [--rounds 3] [--iters-scale 1] [--margin 0.1]
-// For each transport and world, `world` processes connect through a FileStore and, in
-// each of `rounds` rounds, time every (collective, size, algorithm) for a number of
-// iterations that falls with the size (times iters-scale), the order of the algorithms
-// rotating from round to round. One iteration: a barrier, then the collective (in place,
-// zeros, f32, sum, root 0); its time is the slowest rank's. A point's figure is the median
-// of its rounds' medians. Prints, per transport and world, a table of the figures with
-// the fastest algorithm and selection.cc's current choice marked, the fitted crossovers
-// (sweep_fit.h: differences within `margin` count as ties), and at the end the proposed
-// tables in selection.cc's form. Exit status 1 when a rank failed.
-#include <sys/wait.h>
+//              [--factor 2] [--rounds 3] [--iters-scale 1] [--margin 0.1] [--wait-idle 0]
+//              [--raw FILE] [--from-raw FILE]
+// For each transport and world, sweep_measure.h's run_world() times every point (sizes
+// from --min-bytes to --max-bytes by --factor; each figure includes a barrier). A point's
+// figure is the median of its rounds' medians. Prints, per transport and world, a table
+// of the figures with the fastest algorithm and selection.cc's current choice marked,
+// the fitted crossovers (sweep_fit.h: differences within `margin` in most rounds count as
+// ties, and ties keep today's choice), and at the end the proposed tables in
+// selection.cc's form. Other processes on the machine skew the figures (two polling ranks
+// sharing a core with a compiler hand over only when one yields): each run reports the
+// cores other processes used meanwhile, and --wait-idle S first waits up to S seconds for
+// an idle second. --raw FILE keeps every round's figures; --from-raw FILE analyzes such a
+// file again (another --margin, say) instead of measuring. Exit status 1 when a rank
+// failed or a flag is bad.
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <map>
-#include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <string>
-#include <tuple>
+#include <utility>
 #include <vector>
 
-#include "collectives/collectives.h"
+#include "collectives/selection.h"
 #include "collectives/sweep_fit.h"
-#include "tdist/file_store.h"
+#include "collectives/sweep_measure.h"
+#include "tdist/deadline.h"
 #include "tdist/settings.h"
-#include "transport/shm/shm_comm.h"
-#include "transport/tcp/tcp_comm.h"
 
 namespace {
 
@@ -54,39 +54,10 @@ struct Options {
   int rounds = 3;
   double iters_scale = 1.0;
   double margin = 0.10;
+  double wait_idle = 0;  // seconds to wait for an idle machine before each run (0: none)
+  std::string raw;       // file to write every round's figures to
+  std::string from_raw;  // file to read them from instead of measuring
 };
-
-constexpr Collective kSwept[] = {Collective::kAllReduce, Collective::kBroadcast,
-                                 Collective::kReduce};
-
-// The flat algorithms of `c` in the order selection.cc uses them by size (the latency one
-// first). With 2 ranks, halving-doubling is the ring's exchange (all_reduce.cc), so only
-// the ring is timed.
-std::vector<Algorithm> swept_algorithms(Collective c, int world) {
-  std::vector<Algorithm> out;
-  if (c == Collective::kAllReduce) {
-    out = {Algorithm::kRecursiveDoubling, Algorithm::kHalvingDoubling, Algorithm::kRing};
-    if (world == 2) out.erase(out.begin() + 1);
-  } else {
-    out = {Algorithm::kBinomial, Algorithm::kChain};
-  }
-  return out;
-}
-
-// Guards against an algorithm added to selection.h but not swept here.
-void check_coverage() {
-  for (Collective c : kSwept) {
-    const std::vector<Algorithm> swept = swept_algorithms(c, 4);
-    for (Algorithm a : coll::algorithms_for(c)) {
-      if (a != Algorithm::kHierarchical &&
-          std::find(swept.begin(), swept.end(), a) == swept.end()) {
-        throw std::runtime_error("algo_sweep does not time " +
-                                 std::string(coll::algorithm_name(a)) + " of " +
-                                 std::string(coll::collective_name(c)));
-      }
-    }
-  }
-}
 
 std::vector<size_t> sweep_sizes(const Options& o) {
   std::vector<size_t> out;
@@ -97,143 +68,6 @@ std::vector<size_t> sweep_sizes(const Options& o) {
   return out;
 }
 
-int iterations(const Options& o, size_t bytes) {
-  const int base = bytes <= (64 << 10)  ? 100
-                   : bytes <= (1 << 20) ? 30
-                   : bytes <= (8 << 20) ? 10
-                                        : 5;
-  return std::max(3, static_cast<int>(base * o.iters_scale + 0.5));
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-coll::Ctx ctx_of(transport::Comm& comm, uint64_t& seq) {
-  return coll::Ctx{comm, seq++, Deadline::after(std::chrono::seconds(300))};
-}
-
-// The median over `iters` iterations of the slowest rank's microseconds.
-double time_point(Collective c, Algorithm a, transport::Comm& comm, uint64_t& seq, size_t bytes,
-                  int iters, float* buf, float* out) {
-  const size_t count = bytes / 4;
-  std::vector<double> times;
-  for (int i = -1; i < iters; ++i) {  // one warm-up
-    coll::barrier(ctx_of(comm, seq));
-    const auto t0 = Clock::now();
-    const coll::Ctx ctx = ctx_of(comm, seq);
-    switch (c) {
-      case Collective::kAllReduce:
-        coll::all_reduce(ctx, buf, buf, count, DType::kF32, ReduceOpKind::kSum, a);
-        break;
-      case Collective::kBroadcast:
-        coll::broadcast(ctx, buf, bytes, 0, a);
-        break;
-      default:
-        coll::reduce(ctx, buf, out, count, DType::kF32, ReduceOpKind::kSum, 0, a);
-        break;
-    }
-    const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-    if (i >= 0) times.push_back(us);
-  }
-  coll::all_reduce(ctx_of(comm, seq), times.data(), times.data(), times.size(), DType::kF64,
-                   ReduceOpKind::kMax, Algorithm::kRecursiveDoubling);
-  return median(times);
-}
-
-// One rank of one (transport, world): rank 0 writes "collective algorithm bytes us" lines.
-void run_rank(const Options& o, const std::string& kind, int world, int rank,
-              const std::string& store_path, const std::string& out_path) {
-  auto store = std::make_shared<FileStore>(store_path, world);
-  std::unique_ptr<transport::Comm> comm = kind == "shm"
-                                              ? transport::connect_shm_comm(store, rank, world)
-                                              : transport::connect_tcp_comm(store, rank, world);
-  const std::vector<size_t> sizes = sweep_sizes(o);
-  std::vector<float> buf(sizes.back() / 4, 0.0f);
-  std::vector<float> out(sizes.back() / 4, 0.0f);
-  uint64_t seq = 0;
-  // Warm up every path once (connections, poll budgets, page faults of the buffers).
-  for (Collective c : kSwept) {
-    for (Algorithm a : swept_algorithms(c, world)) {
-      for (size_t bytes : {size_t{8}, sizes.back()}) {
-        time_point(c, a, *comm, seq, bytes, bytes > (1 << 20) ? 1 : 50, buf.data(), out.data());
-      }
-    }
-  }
-  // rounds_us[{c, a, bytes}]: one median per round.
-  std::map<std::tuple<int, int, size_t>, std::vector<double>> rounds_us;
-  for (int round = 0; round < o.rounds; ++round) {
-    for (Collective c : kSwept) {
-      const std::vector<Algorithm> algos = swept_algorithms(c, world);
-      for (size_t bytes : sizes) {
-        for (size_t i = 0; i < algos.size(); ++i) {
-          const Algorithm a = algos[(i + static_cast<size_t>(round)) % algos.size()];
-          const double us =
-              time_point(c, a, *comm, seq, bytes, iterations(o, bytes), buf.data(), out.data());
-          rounds_us[{static_cast<int>(c), static_cast<int>(a), bytes}].push_back(us);
-        }
-      }
-    }
-  }
-  if (rank != 0) return;
-  std::ofstream file(out_path);
-  for (const auto& [key, us] : rounds_us) {
-    const auto& [c, a, bytes] = key;
-    file << coll::collective_name(static_cast<Collective>(c)) << ' '
-         << coll::algorithm_name(static_cast<Algorithm>(a)) << ' ' << bytes << ' ' << median(us)
-         << '\n';
-  }
-}
-
-// Forks `world` ranks over `kind`; the figures by "collective algorithm" and bytes.
-std::map<std::string, std::map<size_t, double>> run_world(const Options& o, const std::string& kind,
-                                                          int world) {
-  const std::string base =
-      "/tmp/tdist_algo_sweep_" + std::to_string(getpid()) + "_" + kind + std::to_string(world);
-  const std::string store_path = base + ".store";
-  const std::string out_path = base + ".out";
-  std::fflush(stdout);
-  std::vector<pid_t> children;
-  for (int r = 0; r < world; ++r) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      int status = 0;
-      try {
-        run_rank(o, kind, world, r, store_path, out_path);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "algo_sweep: %s world %d rank %d: %s\n", kind.c_str(), world, r,
-                     e.what());
-        status = 1;
-      }
-      std::fflush(stderr);
-      _exit(status);
-    }
-    children.push_back(pid);
-  }
-  int failed = 0;
-  for (pid_t pid : children) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    failed += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  }
-  unlink(store_path.c_str());
-  if (failed > 0) {
-    unlink(out_path.c_str());
-    throw std::runtime_error(std::to_string(failed) + " rank(s) of " + kind + " world " +
-                             std::to_string(world) + " failed");
-  }
-  std::map<std::string, std::map<size_t, double>> figures;
-  std::ifstream file(out_path);
-  std::string c, a;
-  size_t bytes = 0;
-  double us = 0;
-  while (file >> c >> a >> bytes >> us) figures[c + " " + a][bytes] = us;
-  unlink(out_path.c_str());
-  return figures;
-}
-
 // The proposed thresholds of one (transport, world), as selection.cc's Thresholds.
 struct Proposal {
   size_t recursive_doubling = 0, halving_doubling = 0, broadcast_binomial = 0, reduce_binomial = 0;
@@ -242,19 +76,41 @@ struct Proposal {
 // Prints one collective's table and crossovers; returns the fitted thresholds (bytes up to
 // which each algorithm but the last runs).
 std::vector<size_t> report(const Options& o, Collective c, int world, transport::LinkClass link,
-                           const std::map<std::string, std::map<size_t, double>>& figures) {
-  const std::vector<size_t> sizes = sweep_sizes(o);
-  const std::vector<Algorithm> algos = swept_algorithms(c, world);
+                           const sweep::Figures& figures) {
+  const std::vector<Algorithm> algos = sweep::swept_algorithms(c, world);
   const std::string cname(coll::collective_name(c));
-  std::vector<std::vector<double>> times;
+  auto row_of = [&](Algorithm a) -> const std::map<size_t, std::vector<double>>& {
+    const auto it = figures.find(cname + " " + std::string(coll::algorithm_name(a)));
+    if (it == figures.end()) {
+      throw std::runtime_error("no figures for " + cname + " " +
+                               std::string(coll::algorithm_name(a)) + " at world " +
+                               std::to_string(world));
+    }
+    return it->second;
+  };
+  std::vector<size_t> sizes;
+  for (const auto& [bytes, us] : row_of(algos[0])) sizes.push_back(bytes);
+  std::vector<std::vector<std::vector<double>>> rounds;  // [algorithm][size][round]
+  std::vector<std::vector<double>> times;                // [algorithm][size]: their median
   std::printf("%-14s", cname.c_str());
   for (Algorithm a : algos) std::printf(" %19s", std::string(coll::algorithm_name(a)).c_str());
   std::printf("   (us; * fastest, > selection.cc today)\n");
   for (Algorithm a : algos) {
-    const auto& row = figures.at(cname + " " + std::string(coll::algorithm_name(a)));
+    const auto& row = row_of(a);
+    rounds.emplace_back();
     times.emplace_back();
-    for (size_t bytes : sizes) times.back().push_back(row.at(bytes));
+    for (size_t bytes : sizes) {
+      const auto it = row.find(bytes);
+      if (it == row.end() || it->second.size() != row_of(algos[0]).at(bytes).size()) {
+        throw std::runtime_error("figures of " + cname + " at " + std::to_string(bytes) +
+                                 " B differ in rounds between algorithms");
+      }
+      rounds.back().push_back(it->second);
+      times.back().push_back(sweep::median(it->second));
+    }
   }
+  // The cuts selection.cc makes today (kept where the measurements tie).
+  std::vector<size_t> today_cuts(algos.size() - 1, 0);
   for (size_t s = 0; s < sizes.size(); ++s) {
     size_t fastest = 0;
     for (size_t a = 1; a < algos.size(); ++a) {
@@ -262,6 +118,9 @@ std::vector<size_t> report(const Options& o, Collective c, int world, transport:
     }
     Algorithm today = coll::select_algorithm(c, sizes[s], world, 1, link);
     if (world == 2 && today == Algorithm::kHalvingDoubling) today = Algorithm::kRing;
+    const size_t index =
+        static_cast<size_t>(std::find(algos.begin(), algos.end(), today) - algos.begin());
+    for (size_t i = index; i < today_cuts.size(); ++i) ++today_cuts[i];
     std::printf("%14s", sweep::human_bytes(sizes[s]).c_str());
     for (size_t a = 0; a < algos.size(); ++a) {
       std::printf(" %c%c%16.1f", algos[a] == today ? '>' : ' ', a == fastest ? '*' : ' ',
@@ -269,7 +128,7 @@ std::vector<size_t> report(const Options& o, Collective c, int world, transport:
     }
     std::printf("\n");
   }
-  const sweep::Fit fit = sweep::fit_cuts(times, o.margin);
+  const sweep::Fit fit = sweep::fit_cuts(rounds, o.margin, today_cuts);
   std::vector<size_t> bounds;
   std::printf("  crossovers:");
   for (size_t i = 0; i < fit.cuts.size(); ++i) {
@@ -339,6 +198,12 @@ Options parse(int argc, char** argv) {
       o.iters_scale = std::stod(value);
     } else if (flag == "--margin") {
       o.margin = std::stod(value);
+    } else if (flag == "--wait-idle") {
+      o.wait_idle = std::stod(value);
+    } else if (flag == "--raw") {
+      o.raw = value;
+    } else if (flag == "--from-raw") {
+      o.from_raw = value;
     } else {
       throw std::invalid_argument("unknown flag " + flag);
     }
@@ -352,58 +217,121 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// The 1-minute load average (other work on the machine skews the figures).
-double load_average() {
-  double load = -1;
-  std::ifstream("/proc/loadavg") >> load;
-  return load;
-}
-
-void print_header(const Options& o) {
+// The run's conditions, for the output and the raw file.
+std::string header(const Options& o) {
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   char date[64] = {};
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof(date), "%Y-%m-%d %H:%M", std::localtime(&now));
-  std::printf(
-      "algo_sweep %s on %s, %ld online cpus; TDIST_CHUNK_BYTES=%lld "
-      "TDIST_SHM_RING_BYTES=%lld TDIST_POLL_US=%lld; sizes %s..%s x%zu, %d rounds, "
-      "iters x%.2f, margin %.0f%%\n\n",
-      date, host, sysconf(_SC_NPROCESSORS_ONLN),
-      static_cast<long long>(setting_int("TDIST_CHUNK_BYTES")),
-      static_cast<long long>(setting_int("TDIST_SHM_RING_BYTES")),
-      static_cast<long long>(setting_int("TDIST_POLL_US")),
-      sweep::human_bytes(sweep_sizes(o).front()).c_str(),
-      sweep::human_bytes(sweep_sizes(o).back()).c_str(), o.factor, o.rounds, o.iters_scale,
-      o.margin * 100);
+  char text[512];
+  std::snprintf(text, sizeof(text),
+                "algo_sweep %s on %s, %ld online cpus; TDIST_CHUNK_BYTES=%lld "
+                "TDIST_SHM_RING_BYTES=%lld TDIST_POLL_US=%lld; sizes %s..%s x%zu, %d rounds, "
+                "iters x%.2f",
+                date, host, sysconf(_SC_NPROCESSORS_ONLN),
+                static_cast<long long>(setting_int("TDIST_CHUNK_BYTES")),
+                static_cast<long long>(setting_int("TDIST_SHM_RING_BYTES")),
+                static_cast<long long>(setting_int("TDIST_POLL_US")),
+                sweep::human_bytes(sweep_sizes(o).front()).c_str(),
+                sweep::human_bytes(sweep_sizes(o).back()).c_str(), o.factor, o.rounds,
+                o.iters_scale);
+  return text;
+}
+
+// Prints one (transport, world)'s tables and records its proposal.
+void analyze(const Options& o, const std::string& kind, int world, const sweep::Figures& figures,
+             Proposal& p) {
+  const auto link = kind == "shm" ? transport::LinkClass::kShm : transport::LinkClass::kTcp;
+  const auto barrier = figures.find("barrier dissemination");
+  if (barrier != figures.end() && barrier->second.count(0) > 0) {
+    std::printf("barrier pair alone (in every figure): %.1f us\n",
+                sweep::median(barrier->second.at(0)));
+  }
+  const std::vector<size_t> ar = report(o, Collective::kAllReduce, world, link, figures);
+  p.recursive_doubling = ar[0];
+  p.halving_doubling = ar.back();  // world 2: none (the ring is the same exchange)
+  p.broadcast_binomial = report(o, Collective::kBroadcast, world, link, figures)[0];
+  p.reduce_binomial = report(o, Collective::kReduce, world, link, figures)[0];
+  std::fflush(stdout);
+}
+
+// Measures every (transport, world) of `o`, or reads them from o.from_raw.
+std::map<std::string, std::map<int, Proposal>> measure_and_analyze(const Options& o) {
+  std::map<std::string, std::map<int, Proposal>> proposals;
+  if (!o.from_raw.empty()) {
+    std::ifstream in(o.from_raw);
+    if (!in) throw std::runtime_error("cannot read " + o.from_raw);
+    std::map<std::pair<std::string, int>, sweep::Figures> runs;
+    std::map<std::pair<std::string, int>, std::string> conditions;  // "shm, world 2: ..."
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("# ", 0) == 0) {
+        char kind[16] = {};
+        int world = 0;
+        if (std::sscanf(line.c_str() + 2, "%15[a-z], world %d:", kind, &world) == 2) {
+          conditions[{kind, world}] = line.substr(2);
+        } else {
+          std::printf("%s\n", line.c_str() + 2);
+        }
+        continue;
+      }
+      std::istringstream fields(line);
+      std::string kind;
+      int world = 0;
+      if (!(fields >> kind >> world)) continue;
+      sweep::read_figures(fields, runs[{kind, world}]);
+    }
+    std::printf("margin %.0f%%, figures from %s\n\n", o.margin * 100, o.from_raw.c_str());
+    for (const auto& [run, figures] : runs) {
+      const auto it = conditions.find(run);
+      if (it != conditions.end()) {
+        std::printf("== %s\n", it->second.c_str());
+      } else {
+        std::printf("== %s, world %d\n", run.first.c_str(), run.second);
+      }
+      analyze(o, run.first, run.second, figures, proposals[run.first][run.second]);
+    }
+    return proposals;
+  }
+  std::ofstream raw;
+  if (!o.raw.empty()) {
+    raw.open(o.raw);
+    if (!raw) throw std::runtime_error("cannot write " + o.raw);
+    raw << "# " << header(o) << '\n';
+  }
+  std::printf("%s, margin %.0f%%\n\n", header(o).c_str(), o.margin * 100);
+  const sweep::Plan plan{sweep_sizes(o), o.rounds, o.iters_scale};
+  for (const std::string& kind : o.transports) {
+    for (int world : o.worlds) {
+      const double idle_before = o.wait_idle > 0 ? sweep::wait_idle(o.wait_idle) : -1;
+      const auto start = Clock::now();
+      const sweep::CpuTimes cpu_start = sweep::cpu_times();
+      const sweep::Figures figures =
+          sweep::run_world(plan, kind, world, raw.is_open() ? &raw : nullptr);
+      const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+      const double others = sweep::other_cores(cpu_start, sweep::cpu_times(), secs);
+      char conditions[256];
+      std::snprintf(conditions, sizeof(conditions),
+                    "%s, world %d: %.0f s; other processes used %.2f cores during the run%s",
+                    kind.c_str(), world, secs, others,
+                    others > 0.25 ? "  NOISY: rerun on an idle machine" : "");
+      std::printf("== %s", conditions);
+      if (idle_before >= 0) std::printf(" (%.2f in the second before)", idle_before);
+      std::printf("\n");
+      if (raw.is_open()) raw << "# " << conditions << '\n' << std::flush;
+      analyze(o, kind, world, figures, proposals[kind][world]);
+    }
+  }
+  return proposals;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
-    check_coverage();
+    sweep::check_coverage();
     const Options o = parse(argc, argv);
-    print_header(o);
-    std::map<std::string, std::map<int, Proposal>> proposals;
-    for (const std::string& kind : o.transports) {
-      const auto link = kind == "shm" ? transport::LinkClass::kShm : transport::LinkClass::kTcp;
-      for (int world : o.worlds) {
-        const auto start = Clock::now();
-        const double load_before = load_average();
-        const auto figures = run_world(o, kind, world);
-        const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-        std::printf("== %s, world %d (%.0f s; load average %.2f before, %.2f after)\n",
-                    kind.c_str(), world, secs, load_before, load_average());
-        Proposal& p = proposals[kind][world];
-        const std::vector<size_t> ar = report(o, Collective::kAllReduce, world, link, figures);
-        p.recursive_doubling = ar[0];
-        p.halving_doubling = ar.back();  // world 2: none (the ring is the same exchange)
-        p.broadcast_binomial = report(o, Collective::kBroadcast, world, link, figures)[0];
-        p.reduce_binomial = report(o, Collective::kReduce, world, link, figures)[0];
-        std::fflush(stdout);
-      }
-    }
+    const auto proposals = measure_and_analyze(o);
     std::printf(
         "Proposed tables for src/collectives/selection.cc ({recursive_doubling, "
         "halving_doubling, broadcast_binomial, reduce_binomial}: bytes up to which "

@@ -9,18 +9,38 @@
 
 namespace tdist::coll::sweep {
 
-Fit fit_cuts(const std::vector<std::vector<double>>& times, double margin) {
-  const size_t k = times.size();
-  const size_t n = k == 0 ? 0 : times[0].size();
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+Fit fit_cuts(const std::vector<std::vector<double>>& times, double margin,
+             const std::vector<size_t>& prefer) {
+  std::vector<std::vector<std::vector<double>>> rounds(times.size());
+  for (size_t a = 0; a < times.size(); ++a) {
+    for (double t : times[a]) rounds[a].push_back({t});
+  }
+  return fit_cuts(rounds, margin, prefer);
+}
+
+Fit fit_cuts(const std::vector<std::vector<std::vector<double>>>& rounds, double margin,
+             const std::vector<size_t>& prefer) {
+  const size_t k = rounds.size();
+  const size_t n = k == 0 ? 0 : rounds[0].size();
   // prefix[a][s]: the excess of algorithm a summed over the sizes before s.
   std::vector<std::vector<double>> prefix(k, std::vector<double>(n + 1, 0.0));
   for (size_t s = 0; s < n; ++s) {
-    double fastest = std::numeric_limits<double>::infinity();
-    for (size_t a = 0; a < k; ++a) fastest = std::min(fastest, times[a][s]);
-    for (size_t a = 0; a < k; ++a) {
-      const double excess = std::max(0.0, times[a][s] / fastest - 1.0 - margin);
-      prefix[a][s + 1] = prefix[a][s] + excess;
+    const size_t nrounds = rounds[0][s].size();
+    std::vector<std::vector<double>> excess(k);
+    for (size_t r = 0; r < nrounds; ++r) {
+      double fastest = std::numeric_limits<double>::infinity();
+      for (size_t a = 0; a < k; ++a) fastest = std::min(fastest, rounds[a][s][r]);
+      for (size_t a = 0; a < k; ++a) {
+        excess[a].push_back(std::max(0.0, rounds[a][s][r] / fastest - 1.0 - margin));
+      }
     }
+    for (size_t a = 0; a < k; ++a) prefix[a][s + 1] = prefix[a][s] + median(excess[a]);
   }
   // Every ascending choice of k - 1 cuts, with its loss.
   std::vector<std::vector<size_t>> all;
@@ -42,15 +62,19 @@ Fit fit_cuts(const std::vector<std::vector<double>>& times, double margin) {
   choose(0, 0, 0.0);
   const double best = *std::min_element(losses.begin(), losses.end());
   const double tolerance = 1e-9 * std::max(1.0, best);
-  // The middle of the optimal choices, cut by cut.
+  // The target among the optimal choices: `prefer`, or their middle, cut by cut.
   std::vector<double> centre(k - 1, 0.0);
-  size_t optimal = 0;
-  for (size_t i = 0; i < all.size(); ++i) {
-    if (losses[i] > best + tolerance) continue;
-    ++optimal;
-    for (size_t c = 0; c + 1 < k; ++c) centre[c] += static_cast<double>(all[i][c]);
+  if (prefer.size() == k - 1) {
+    for (size_t c = 0; c + 1 < k; ++c) centre[c] = static_cast<double>(prefer[c]);
+  } else {
+    size_t optimal = 0;
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (losses[i] > best + tolerance) continue;
+      ++optimal;
+      for (size_t c = 0; c + 1 < k; ++c) centre[c] += static_cast<double>(all[i][c]);
+    }
+    for (double& c : centre) c /= static_cast<double>(optimal);
   }
-  for (double& c : centre) c /= static_cast<double>(optimal);
   Fit fit;
   double nearest = std::numeric_limits<double>::infinity();
   for (size_t i = 0; i < all.size(); ++i) {

@@ -34,11 +34,33 @@ TEST(SweepFit, TiesWithinTheMarginPutTheCutInTheirMiddle) {
   EXPECT_DOUBLE_EQ(fit.loss, 0.0);
 }
 
+TEST(SweepFit, TiesKeepThePreferredCuts) {
+  const std::vector<std::vector<double>> times = {{1, 1.05, 1, 1.05, 1, 3},
+                                                  {3, 1, 1.05, 1, 1.05, 1}};
+  EXPECT_EQ(fit_cuts(times, 0.1, {4}).cuts[0], 4u);
+  // A preference outside the optimal range moves only to its nearest end.
+  EXPECT_EQ(fit_cuts(times, 0.1, {6}).cuts[0], 5u);
+  EXPECT_EQ(fit_cuts(times, 0.1, {0}).cuts[0], 1u);
+}
+
 TEST(SweepFit, OneOutlierCostsLessThanMovingTheCut) {
   // Algorithm 1 wins once at size 1 by 50%, but algorithm 0 wins sizes 0, 2, 3 by 4x.
   const Fit fit = fit_cuts({{1, 1.5, 1, 1, 5, 5}, {4, 1, 4, 4, 1, 1}}, 0.1);
   EXPECT_EQ(fit.cuts[0], 4u);
   EXPECT_NEAR(fit.loss, 0.4, 1e-9);
+}
+
+TEST(SweepFit, ADifferenceCountsOnlyWhereMostRoundsShowIt) {
+  // Size 1: algorithm 0 is 3x slower in one round of three, as fast in the others.
+  const std::vector<std::vector<std::vector<double>>> rounds = {{{1, 1, 1}, {3, 1, 1}, {9, 9, 9}},
+                                                                {{3, 3, 3}, {1, 1, 1}, {1, 1, 1}}};
+  const Fit fit = fit_cuts(rounds, 0.1, {2});
+  EXPECT_EQ(fit.cuts[0], 2u);
+  EXPECT_DOUBLE_EQ(fit.loss, 0.0);
+  // That round alone moves the cut.
+  EXPECT_EQ(fit_cuts({{1, 3, 9}, {3, 1, 1}}, 0.1, {2}).cuts[0], 1u);
+  EXPECT_DOUBLE_EQ(median({3, 1, 2}), 2.0);
+  EXPECT_DOUBLE_EQ(median({4, 1, 2, 3}), 2.5);
 }
 
 TEST(SweepFit, CutBytesAndFormats) {
