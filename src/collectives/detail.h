@@ -42,9 +42,11 @@ inline size_t chunk_elems(const Ctx& ctx, size_t esize) {
   return std::max<size_t>(1, chunk_bytes(ctx) / esize);
 }
 
-// select_algorithm() for this Ctx: its world, its Comm's number of hosts, its settings.
+// select_algorithm() for this Ctx: its world, its Comm's number of hosts and link class,
+// its settings.
 inline Algorithm choose(const Ctx& ctx, Collective c, size_t bytes, Algorithm requested) {
-  return select_algorithm(c, bytes, ctx.comm.size(), ctx.comm.topology().num_hosts(), requested,
+  const transport::Topology& topology = ctx.comm.topology();
+  return select_algorithm(c, bytes, ctx.comm.size(), topology.num_hosts(), topology.link, requested,
                           ctx.settings.forced(c));
 }
 

@@ -1,4 +1,4 @@
-// Algorithm selection (selection.h): the topology rule and the size thresholds.
+// Algorithm selection (selection.h): the topology rule and the table of size thresholds.
 //
 // Groups spanning hosts (1 < num_hosts < world) run the hierarchical algorithms at every
 // size. Large messages gain because only 1/L of the vector per rank (all_reduce) or one
@@ -13,23 +13,44 @@
 // its latency form (all_reduce.cc). With one rank per host (num_hosts == world) there
 // is no intra-host phase and the flat algorithms are chosen as for one host.
 //
-// Thresholds (bytes of the per-rank vector), measured with tests/collectives/algo_sweep
-// over the TCP transport between processes on a 2-core machine (2 and 3 ranks), and for
-// larger worlds from the alpha-beta model with that machine's numbers (~15 us per round,
-// ~1 GB/s):
-//  all_reduce  recursive doubling (log2(n) rounds, log2(n) vectors sent) up to
-//              kAllReduceSmall; with 2 ranks it sends no more than halving-doubling in
-//              one round instead of two and measured fastest up to 256 KiB, so up to
-//              kAllReduceTwoRanks. Halving-doubling (2 log2(n) rounds, 2(n-1)/n vectors)
-//              up to kAllReduceLarge; above, the pipelined ring (2(n-1) rounds, same
-//              bytes, neighbour traffic only, reduction overlapped with transfer).
-//  broadcast   binomial tree up to kBroadcastTree or for 2 ranks (one hop either way);
-//              above, the pipelined chain (each link carries the data once).
-//  reduce      binomial tree up to kReduceTree (measured: 1.5x faster at 64 KiB-256 KiB
-//              with 2 ranks); above, the chain (2-3x faster from 1 MiB: no full-size
-//              copy on the non-roots).
+// Flat algorithms, by size: a table of thresholds (bytes of the per-rank vector) per link
+// class (Topology::link: shm when shared memory joins every pair of ranks, tcp otherwise;
+// unknown selects as tcp) and world size 2, 3 and 4, each the largest size at which the
+// latency algorithm still runs. A larger world takes the row of the measured world of its
+// kind: 4 for a power of two, 3 otherwise (recursive doubling and halving-doubling first
+// fold the ranks beyond a power of two into it: one more round, with the whole vector).
+// Nothing larger was measured; the alpha-beta model would move the binomial/chain and
+// halving-doubling/ring crossovers up with the world, the recursive-doubling one down.
+//  all_reduce  recursive doubling (log2(n) rounds, each sending the whole vector) up to
+//              recursive_doubling; halving-doubling (2 log2(n) rounds, 2(n-1)/n of the
+//              vector) up to halving_doubling; above, the pipelined ring (2(n-1) rounds,
+//              the same bytes, neighbour traffic only). With 2 ranks halving-doubling and
+//              the ring are the same exchange (all_reduce.cc).
+//  broadcast   binomial tree (log2(n) hops, the root sends log2(n) copies) up to
+//              broadcast_binomial; above, the pipelined chain.
+//  reduce      binomial tree up to reduce_binomial; above, the pipelined chain.
+//
+// Measured on 2026-12-01 on the project's 2-core VM (AMD EPYC, shared) by
+//   bash scripts/sweep_algorithms.sh build --rounds 5 --iters-scale 2 --wait-idle 300
+// (tests/collectives/algo_sweep.cc: forked processes over connect_tcp_comm and
+// connect_shm_comm, 8 B..64 MiB by factors of 2, each figure the median of 5 rounds'
+// medians and including a barrier; a threshold moves only where one algorithm is more
+// than 10% faster in most rounds, so ties kept the previous TCP-only thresholds). The tcp
+// runs of 2 and 3 ranks, which other processes disturbed, were repeated (--transports tcp
+// --worlds 2, then 3, with --raw FILE) and the table read from the merged files with
+// --from-raw. What the machine shows: with 2 ranks every waiter polls (a core per rank),
+// a barrier pair takes 1 us over shm and 11 us over tcp, and over shm the ring overtakes
+// recursive doubling 4x earlier (128 KiB) than over tcp (512 KiB): copies, not round
+// trips, are what costs there. With 3 and 4 ranks on 2 cores nobody polls and every hop is
+// a wake-up (a barrier pair 65-150 us on either transport), so the fewest rounds win
+// longer: halving-doubling beats the ring at every large size with 4 ranks, and the
+// binomial tree matches the chain (whose pipelining wants a core per rank) from about
+// 1 MiB up, within the noise. A host with a core per rank would move those crossovers
+// down; rerun the sweep there (docs/performance.md).
 #include "collectives/selection.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "tdist/error.h"
@@ -37,11 +58,37 @@
 namespace tdist::coll {
 namespace {
 
-constexpr size_t kAllReduceSmall = 32 * 1024;
-constexpr size_t kAllReduceTwoRanks = 512 * 1024;
-constexpr size_t kAllReduceLarge = 1024 * 1024;
-constexpr size_t kBroadcastTree = 64 * 1024;
-constexpr size_t kReduceTree = 256 * 1024;
+using transport::LinkClass;
+
+constexpr size_t kAlways = SIZE_MAX;  // the latency algorithm at every size
+
+// Bytes of the per-rank vector up to which (inclusive) the latency algorithm runs.
+struct Thresholds {
+  size_t recursive_doubling;  // all_reduce: recursive doubling up to this;
+  size_t halving_doubling;    //   then halving-doubling up to this; the ring above
+  size_t broadcast_binomial;  // broadcast: binomial tree up to this; the chain above
+  size_t reduce_binomial;     // reduce: binomial tree up to this; the chain above
+};
+
+// By world size 2, 3, 4: {recursive_doubling, halving_doubling, broadcast_binomial,
+// reduce_binomial}, as the sweep proposed them.
+constexpr Thresholds kShmTable[] = {
+    {128 << 10, 128 << 10, kAlways, 256 << 10},  // world 2
+    {512 << 10, kAlways, 512 << 10, 256 << 10},  // world 3
+    {32 << 10, kAlways, 8 << 20, 256 << 10},     // world 4
+};
+constexpr Thresholds kTcpTable[] = {
+    {512 << 10, 512 << 10, kAlways, 64 << 10},  // world 2
+    {64 << 10, 128 << 10, 8 << 20, 256 << 10},  // world 3
+    {32 << 10, kAlways, 4 << 20, 512 << 10},    // world 4
+};
+constexpr int kLargestMeasuredWorld = 4;
+
+Thresholds thresholds(LinkClass link, int world) {
+  const Thresholds* table = link == LinkClass::kShm ? kShmTable : kTcpTable;
+  if (world > kLargestMeasuredWorld) world = (world & (world - 1)) == 0 ? 4 : 3;
+  return table[std::max(world, 2) - 2];
+}
 
 constexpr Algorithm kAllReduceAlgos[] = {Algorithm::kRing, Algorithm::kHalvingDoubling,
                                          Algorithm::kRecursiveDoubling, Algorithm::kHierarchical};
@@ -59,17 +106,17 @@ bool has_hierarchical(Collective c) {
   return false;
 }
 
-Algorithm by_size(Collective c, size_t bytes, int world) {
+Algorithm by_size(Collective c, size_t bytes, int world, LinkClass link) {
+  const Thresholds t = thresholds(link, world);
   switch (c) {
     case Collective::kAllReduce:
-      if (bytes <= kAllReduceSmall) return Algorithm::kRecursiveDoubling;
-      if (world == 2 && bytes <= kAllReduceTwoRanks) return Algorithm::kRecursiveDoubling;
-      if (bytes <= kAllReduceLarge) return Algorithm::kHalvingDoubling;
+      if (bytes <= t.recursive_doubling) return Algorithm::kRecursiveDoubling;
+      if (bytes <= t.halving_doubling) return Algorithm::kHalvingDoubling;
       return Algorithm::kRing;
     case Collective::kBroadcast:
-      return bytes <= kBroadcastTree || world <= 2 ? Algorithm::kBinomial : Algorithm::kChain;
+      return bytes <= t.broadcast_binomial ? Algorithm::kBinomial : Algorithm::kChain;
     case Collective::kReduce:
-      return bytes <= kReduceTree ? Algorithm::kBinomial : Algorithm::kChain;
+      return bytes <= t.reduce_binomial ? Algorithm::kBinomial : Algorithm::kChain;
     default:
       return algorithms_for(c).front();
   }
@@ -157,7 +204,7 @@ std::string algorithm_names(Collective c) {
   return out;
 }
 
-Algorithm select_algorithm(Collective c, size_t bytes, int world, int num_hosts,
+Algorithm select_algorithm(Collective c, size_t bytes, int world, int num_hosts, LinkClass link,
                            Algorithm requested, Algorithm forced) {
   if (requested != Algorithm::kAuto) {
     for (Algorithm a : algorithms_for(c)) {
@@ -168,7 +215,7 @@ Algorithm select_algorithm(Collective c, size_t bytes, int world, int num_hosts,
   }
   if (forced != Algorithm::kAuto) return forced;
   if (num_hosts > 1 && num_hosts < world && has_hierarchical(c)) return Algorithm::kHierarchical;
-  return by_size(c, bytes, world);
+  return by_size(c, bytes, world, link);
 }
 
 }  // namespace tdist::coll

@@ -1,5 +1,5 @@
-// Algorithm selection: which algorithm a collective runs, by topology, message size and
-// world size.
+// Algorithm selection: which algorithm a collective runs, by topology, link class,
+// message size and world size.
 //
 // Every collective takes an Algorithm; kAuto (the default) asks select_algorithm(), which
 // honours what TDIST_ALGO forces first (parsed once, settings.h: "all_reduce=ring,
@@ -8,8 +8,9 @@
 //  - a group spanning hosts (1 < num_hosts < world; Comm::topology()) runs kHierarchical
 //    for all_reduce, broadcast, reduce, all_gather, reduce_scatter and barrier, whatever
 //    the size (selection.cc says why);
-//  - otherwise, and for the other collectives, a flat algorithm by the measured size
-//    thresholds in selection.cc.
+//  - otherwise, and for the other collectives, a flat algorithm by the size thresholds
+//    measured per link class (Topology::link: shm when shared memory joins every pair of
+//    ranks, tcp otherwise or when unknown) and world size, in selection.cc.
 // kHierarchical forced on one host degenerates correctly (one intra-host phase). An
 // algorithm that cannot run the collective is InvalidArgument naming the valid choices.
 // Pure functions of their arguments; thread-safe.
@@ -20,6 +21,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+
+#include "transport/topology.h"
 
 namespace tdist::coll {
 
@@ -66,12 +69,13 @@ std::string algorithm_names(Collective c);
 
 // The algorithm to run `c` on `bytes` (the per-rank message: the whole vector for
 // all_reduce, broadcast and reduce; the largest block for the gathers and scatters)
-// among `world` ranks on `num_hosts` hosts (Topology::num_hosts(): 1 when unknown). A
-// `requested` algorithm other than kAuto wins (InvalidArgument when it cannot run `c`);
-// then `forced` (what TDIST_ALGO forces for `c`: CollectiveSettings::forced(c)); then the
-// topology and the thresholds.
+// among `world` ranks on `num_hosts` hosts (Topology::num_hosts(): 1 when unknown) joined
+// by links of class `link` (Topology::link; kUnknown selects as kTcp). A `requested`
+// algorithm other than kAuto wins (InvalidArgument when it cannot run `c`); then `forced`
+// (what TDIST_ALGO forces for `c`: CollectiveSettings::forced(c)); then the topology and
+// the thresholds.
 Algorithm select_algorithm(Collective c, size_t bytes, int world, int num_hosts,
-                           Algorithm requested = Algorithm::kAuto,
+                           transport::LinkClass link, Algorithm requested = Algorithm::kAuto,
                            Algorithm forced = Algorithm::kAuto);
 
 }  // namespace tdist::coll

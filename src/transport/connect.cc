@@ -4,6 +4,7 @@
 #include <cstring>
 #include <random>
 #include <sstream>
+#include <string_view>
 
 #include "tdist/error.h"
 #include "tdist/logging.h"
@@ -137,10 +138,22 @@ std::unique_ptr<Comm> connect_comm(std::shared_ptr<Store> store, int rank, int s
     ChannelTable table = kinds[k]->connect(kind_store, rank, size, peers, first, deadline);
     for (int r : peer_list) channels[r] = std::move(table[r]);
   }
+  // The group's link class, from every pair (so every rank computes the same): shm when
+  // shared memory joins every pair, tcp (the slower class) when any other kind joins one.
+  Topology topology = Topology::from_host_keys(hosts);
+  topology.link = LinkClass::kShm;
+  for (int a = 0; a < size; ++a) {
+    for (int b = a + 1; b < size; ++b) {
+      if (std::string_view(kinds[kind_of[a * size + b]]->name()) != "shm") {
+        topology.link = LinkClass::kTcp;
+      }
+    }
+  }
   TDIST_LOG(kDebug) << "rank " << rank << " of " << size << ": channels: "
-                    << (size > 1 ? choice.str() : std::string("none (world size 1)"));
+                    << (size > 1 ? choice.str() : std::string("none (world size 1)"))
+                    << "; link class " << link_class_name(topology.link);
   auto engine = std::make_unique<core::Engine>(rank, size, std::move(channels));
-  engine->set_topology(Topology::from_host_keys(hosts));
+  engine->set_topology(std::move(topology));
   return engine;
 }
 

@@ -7,7 +7,7 @@
 // first kind, in the given order of preference, that can connect them — every rank
 // computes the same choice. Then each kind connects its pairs (kinds in order, so setup
 // cannot deadlock), and one core::Engine drives all channels. The Comm's topology is set
-// from the host keys. With TDIST_LOG_LEVEL=debug each rank logs one line naming the kind
+// from the host keys, and its link class from the pairs' kinds (topology.h). With TDIST_LOG_LEVEL=debug each rank logs one line naming the kind
 // of channel to each peer.
 //
 // Adding a transport: a folder with its Channel and ChannelKind, plus one line in

@@ -6,6 +6,18 @@
 
 namespace tdist::transport {
 
+const char* link_class_name(LinkClass link) {
+  switch (link) {
+    case LinkClass::kShm:
+      return "shm";
+    case LinkClass::kTcp:
+      return "tcp";
+    case LinkClass::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
 Topology Topology::from_host_keys(const std::vector<std::string>& keys) {
   Topology t;
   std::map<std::string, int> index;

@@ -5,16 +5,29 @@
 // (transport::shm_host_key(): boot id, network namespace) get the same index, and hosts
 // are numbered 0, 1, ... in order of their lowest rank. Every rank of a Comm holds the
 // same Topology (built from the same store exchange). An empty Topology means "unknown":
-// treat every rank as on one host. Plain value; thread-safe to read.
+// treat every rank as on one host.
+//
+// link is the class of the slowest link between two ranks of the group, the same on every
+// rank (connect_comm computes it from every pair's kind of channel): kShm when every pair
+// is joined by shared memory, kTcp when some pair is joined over TCP. Algorithm selection
+// uses it (collectives/selection.h); kUnknown (a Comm not built by connect_comm) selects
+// as kTcp. Plain value; thread-safe to read.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace tdist::transport {
 
+enum class LinkClass : uint8_t { kUnknown, kShm, kTcp };
+
+// "unknown", "shm", "tcp".
+const char* link_class_name(LinkClass link);
+
 struct Topology {
   std::vector<int> host_of;  // by rank; empty = unknown (one host)
+  LinkClass link = LinkClass::kUnknown;
 
   // From every rank's host key, by rank.
   static Topology from_host_keys(const std::vector<std::string>& keys);

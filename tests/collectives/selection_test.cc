@@ -1,9 +1,11 @@
-// Algorithm selection: thresholds, the topology rule, explicit choices, and TDIST_ALGO /
-// TDIST_CHUNK_BYTES parsing into CollectiveSettings.
+// Algorithm selection: the measured table per link class and world, the rule for larger
+// worlds, the topology rule, explicit choices, and TDIST_ALGO / TDIST_CHUNK_BYTES parsing
+// into CollectiveSettings.
 #include "collectives/selection.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 
 #include "collectives/coll_test_util.h"
@@ -14,32 +16,152 @@ namespace tdist::coll {
 namespace {
 
 using testing::ScopedEnv;
+using transport::LinkClass;
+constexpr LinkClass kTcp = LinkClass::kTcp;
+constexpr LinkClass kShm = LinkClass::kShm;
+constexpr size_t kAlways = SIZE_MAX;
+constexpr size_t KiB = 1024;
+constexpr size_t MiB = 1024 * 1024;
 
 // What TDIST_ALGO=`value` forces for `c`.
 Algorithm forced(const char* value, Collective c) {
   return CollectiveSettings::parse(value, 4096).forced(c);
 }
 
-// select_algorithm on one host, with TDIST_ALGO=`algo`.
+// select_algorithm on one host over TCP, with TDIST_ALGO=`algo`.
 Algorithm flat(Collective c, size_t bytes, int world, const char* algo = "") {
-  return select_algorithm(c, bytes, world, 1, Algorithm::kAuto, forced(algo, c));
+  return select_algorithm(c, bytes, world, 1, kTcp, Algorithm::kAuto, forced(algo, c));
 }
 
-TEST(Selection, BySize) {
-  EXPECT_EQ(flat(Collective::kAllReduce, 64, 8), Algorithm::kRecursiveDoubling);
-  EXPECT_EQ(flat(Collective::kAllReduce, size_t{64} << 20, 8), Algorithm::kRing);
-  EXPECT_EQ(flat(Collective::kBroadcast, 16, 8), Algorithm::kBinomial);
-  EXPECT_EQ(flat(Collective::kBroadcast, size_t{64} << 20, 8), Algorithm::kChain);
+// select_algorithm on one host with links of class `link`.
+Algorithm on(LinkClass link, Collective c, size_t bytes, int world) {
+  return select_algorithm(c, bytes, world, 1, link);
+}
+
+// selection.cc's table, as measured (bytes up to which the latency algorithm runs).
+struct Row {
+  LinkClass link;
+  int world;
+  size_t recursive_doubling, halving_doubling, broadcast_binomial, reduce_binomial;
+};
+constexpr Row kTable[] = {
+    {kShm, 2, 128 * KiB, 128 * KiB, kAlways, 256 * KiB},
+    {kShm, 3, 512 * KiB, kAlways, 512 * KiB, 256 * KiB},
+    {kShm, 4, 32 * KiB, kAlways, 8 * MiB, 256 * KiB},
+    {kTcp, 2, 512 * KiB, 512 * KiB, kAlways, 64 * KiB},
+    {kTcp, 3, 64 * KiB, 128 * KiB, 8 * MiB, 256 * KiB},
+    {kTcp, 4, 32 * KiB, kAlways, 4 * MiB, 512 * KiB},
+};
+
+// Checks that `c` runs `small` up to `bound` bytes and `large` just above it.
+void expect_bound(const Row& row, Collective c, size_t bound, Algorithm small, Algorithm large) {
+  const std::string where = std::string(collective_name(c)) + " over " +
+                            transport::link_class_name(row.link) + ", world " +
+                            std::to_string(row.world) + ", at ";
+  EXPECT_EQ(on(row.link, c, bound == kAlways ? size_t{1} << 40 : bound, row.world), small)
+      << where << bound;
+  if (bound != kAlways) {
+    EXPECT_EQ(on(row.link, c, bound + 1, row.world), large) << where << bound + 1;
+  }
+}
+
+TEST(Selection, TheMeasuredTable) {
+  for (const Row& row : kTable) {
+    EXPECT_EQ(on(row.link, Collective::kAllReduce, 8, row.world), Algorithm::kRecursiveDoubling);
+    EXPECT_EQ(on(row.link, Collective::kBroadcast, 8, row.world), Algorithm::kBinomial);
+    EXPECT_EQ(on(row.link, Collective::kReduce, 8, row.world), Algorithm::kBinomial);
+    const bool hd = row.halving_doubling > row.recursive_doubling;
+    expect_bound(row, Collective::kAllReduce, row.recursive_doubling, Algorithm::kRecursiveDoubling,
+                 hd ? Algorithm::kHalvingDoubling : Algorithm::kRing);
+    if (hd) {
+      expect_bound(row, Collective::kAllReduce, row.halving_doubling, Algorithm::kHalvingDoubling,
+                   Algorithm::kRing);
+    }
+    expect_bound(row, Collective::kBroadcast, row.broadcast_binomial, Algorithm::kBinomial,
+                 Algorithm::kChain);
+    expect_bound(row, Collective::kReduce, row.reduce_binomial, Algorithm::kBinomial,
+                 Algorithm::kChain);
+  }
+}
+
+TEST(Selection, TheLinkClassChangesTheChoice) {
+  // With 2 ranks shared memory moves to the ring 4x earlier: copies, not round trips, cost.
+  EXPECT_EQ(on(kShm, Collective::kAllReduce, 256 * KiB, 2), Algorithm::kRing);
+  EXPECT_EQ(on(kTcp, Collective::kAllReduce, 256 * KiB, 2), Algorithm::kRecursiveDoubling);
+  // With 3 ranks (no polling on 2 cores) shared memory keeps recursive doubling longer.
+  EXPECT_EQ(on(kShm, Collective::kAllReduce, 256 * KiB, 3), Algorithm::kRecursiveDoubling);
+  EXPECT_EQ(on(kTcp, Collective::kAllReduce, 256 * KiB, 3), Algorithm::kRing);
+  EXPECT_EQ(on(kShm, Collective::kReduce, 128 * KiB, 2), Algorithm::kBinomial);
+  EXPECT_EQ(on(kTcp, Collective::kReduce, 128 * KiB, 2), Algorithm::kChain);
+  // Unknown (a Comm not built by connect_comm) selects as tcp.
+  for (Collective c : kAllCollectives) {
+    for (int world = 1; world <= 9; ++world) {
+      for (size_t bytes = 0; bytes <= (size_t{1} << 30); bytes = bytes * 2 + 1) {
+        EXPECT_EQ(on(LinkClass::kUnknown, c, bytes, world), on(kTcp, c, bytes, world))
+            << collective_name(c) << " world " << world << " " << bytes;
+      }
+    }
+  }
+}
+
+TEST(Selection, LargerWorldsTakeTheMeasuredWorldOfTheirKind) {
+  for (LinkClass link : {kShm, kTcp}) {
+    for (Collective c : {Collective::kAllReduce, Collective::kBroadcast, Collective::kReduce}) {
+      for (size_t bytes = 1; bytes <= (size_t{1} << 30); bytes *= 2) {
+        for (size_t b : {bytes, bytes + 1}) {
+          for (int world : {8, 16, 64}) EXPECT_EQ(on(link, c, b, world), on(link, c, b, 4));
+          for (int world : {5, 6, 7, 12, 100}) {
+            EXPECT_EQ(on(link, c, b, world), on(link, c, b, 3));
+          }
+        }
+      }
+    }
+  }
+  // World 1 runs nothing; it selects as world 2.
+  EXPECT_EQ(on(kShm, Collective::kAllReduce, 256 * KiB, 1), Algorithm::kRing);
+}
+
+TEST(Selection, LargerMessagesNeverGoBackToASmallerMessagesAlgorithm) {
+  // The order in which each collective's algorithms take over as the size grows.
+  const auto order = [](Algorithm a) {
+    switch (a) {
+      case Algorithm::kRecursiveDoubling:
+      case Algorithm::kBinomial:
+        return 0;
+      case Algorithm::kHalvingDoubling:
+        return 1;
+      default:
+        return 2;
+    }
+  };
+  for (LinkClass link : {kShm, kTcp}) {
+    for (Collective c : {Collective::kAllReduce, Collective::kBroadcast, Collective::kReduce}) {
+      for (int world = 2; world <= 9; ++world) {
+        int last = 0;
+        for (size_t bytes = 0; bytes <= (size_t{1} << 32); bytes = bytes * 3 / 2 + 1) {
+          const int now = order(on(link, c, bytes, world));
+          EXPECT_GE(now, last) << collective_name(c) << " world " << world << " " << bytes;
+          last = now;
+        }
+      }
+    }
+  }
+}
+
+TEST(Selection, EveryChoiceIsValid) {
   EXPECT_EQ(flat(Collective::kAllToAll, 100, 4), Algorithm::kPairwise);
   EXPECT_EQ(flat(Collective::kBarrier, 0, 4), Algorithm::kDissemination);
+  EXPECT_EQ(flat(Collective::kAllGather, size_t{64} << 20, 4), Algorithm::kRing);
   for (Collective c : kAllCollectives) {
     for (size_t bytes : {size_t{0}, size_t{1000}, size_t{1} << 30}) {
       for (int world : {1, 2, 3, 8, 64}) {
         for (int hosts : {1, 2, world}) {
-          const Algorithm a = select_algorithm(c, bytes, world, hosts);
-          bool valid = false;
-          for (Algorithm ok : algorithms_for(c)) valid = valid || ok == a;
-          EXPECT_TRUE(valid) << collective_name(c) << " chose " << algorithm_name(a);
+          for (LinkClass link : {kShm, kTcp, LinkClass::kUnknown}) {
+            const Algorithm a = select_algorithm(c, bytes, world, hosts, link);
+            bool valid = false;
+            for (Algorithm ok : algorithms_for(c)) valid = valid || ok == a;
+            EXPECT_TRUE(valid) << collective_name(c) << " chose " << algorithm_name(a);
+          }
         }
       }
     }
@@ -50,27 +172,34 @@ TEST(Selection, GroupsSpanningHostsRunHierarchicalAtEverySize) {
   for (Collective c : {Collective::kAllReduce, Collective::kBroadcast, Collective::kReduce,
                        Collective::kAllGather, Collective::kReduceScatter, Collective::kBarrier}) {
     for (size_t bytes : {size_t{0}, size_t{4}, size_t{64} << 10, size_t{1} << 30}) {
-      EXPECT_EQ(select_algorithm(c, bytes, 4, 2), Algorithm::kHierarchical) << collective_name(c);
-      EXPECT_EQ(select_algorithm(c, bytes, 6, 3), Algorithm::kHierarchical) << collective_name(c);
-      // One host, or one rank per host: flat.
-      EXPECT_NE(select_algorithm(c, bytes, 4, 1), Algorithm::kHierarchical) << collective_name(c);
-      EXPECT_NE(select_algorithm(c, bytes, 4, 4), Algorithm::kHierarchical) << collective_name(c);
+      for (LinkClass link : {kShm, kTcp}) {
+        EXPECT_EQ(select_algorithm(c, bytes, 4, 2, link), Algorithm::kHierarchical)
+            << collective_name(c);
+        EXPECT_EQ(select_algorithm(c, bytes, 6, 3, link), Algorithm::kHierarchical)
+            << collective_name(c);
+        // One host, or one rank per host: flat.
+        EXPECT_NE(select_algorithm(c, bytes, 4, 1, link), Algorithm::kHierarchical)
+            << collective_name(c);
+        EXPECT_NE(select_algorithm(c, bytes, 4, 4, link), Algorithm::kHierarchical)
+            << collective_name(c);
+      }
     }
   }
   // The collectives without a hierarchical form stay flat.
-  EXPECT_EQ(select_algorithm(Collective::kGather, 100, 4, 2), Algorithm::kLinear);
-  EXPECT_EQ(select_algorithm(Collective::kScatter, 100, 4, 2), Algorithm::kLinear);
-  EXPECT_EQ(select_algorithm(Collective::kAllToAll, 100, 4, 2), Algorithm::kPairwise);
+  EXPECT_EQ(select_algorithm(Collective::kGather, 100, 4, 2, kTcp), Algorithm::kLinear);
+  EXPECT_EQ(select_algorithm(Collective::kScatter, 100, 4, 2, kTcp), Algorithm::kLinear);
+  EXPECT_EQ(select_algorithm(Collective::kAllToAll, 100, 4, 2, kTcp), Algorithm::kPairwise);
   // One rank per host: the size thresholds as on one host.
-  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 64, 8, 8), Algorithm::kRecursiveDoubling);
+  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 64, 8, 8, kTcp),
+            Algorithm::kRecursiveDoubling);
 }
 
 TEST(Selection, ForcedAlgorithmsWinOverTheTopology) {
   const CollectiveSettings ring = CollectiveSettings::parse("all_reduce=ring", 4096);
-  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 64, 4, 2, Algorithm::kAuto,
+  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 64, 4, 2, kTcp, Algorithm::kAuto,
                              ring.forced(Collective::kAllReduce)),
             Algorithm::kRing);
-  EXPECT_EQ(select_algorithm(Collective::kBroadcast, 64, 4, 2, Algorithm::kAuto,
+  EXPECT_EQ(select_algorithm(Collective::kBroadcast, 64, 4, 2, kTcp, Algorithm::kAuto,
                              ring.forced(Collective::kBroadcast)),
             Algorithm::kHierarchical);
   // Hierarchical forced on one host (it degenerates to one intra-host phase).
@@ -81,17 +210,18 @@ TEST(Selection, ForcedAlgorithmsWinOverTheTopology) {
                    "reduce_scatter=hierarchical,barrier=hierarchical",
                    Collective::kBarrier),
             Algorithm::kHierarchical);
-  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 64, 4, 2, Algorithm::kRecursiveDoubling),
+  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 64, 4, 2, kTcp, Algorithm::kRecursiveDoubling),
             Algorithm::kRecursiveDoubling);
-  EXPECT_THROW(select_algorithm(Collective::kGather, 8, 4, 2, Algorithm::kHierarchical),
+  EXPECT_THROW(select_algorithm(Collective::kGather, 8, 4, 2, kTcp, Algorithm::kHierarchical),
                InvalidArgument);
 }
 
 TEST(Selection, ExplicitChoiceWinsAndIsChecked) {
   const Algorithm ring = forced("all_reduce=ring", Collective::kAllReduce);
-  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 8, 4, 1, Algorithm::kHalvingDoubling, ring),
-            Algorithm::kHalvingDoubling);
-  EXPECT_THROW(select_algorithm(Collective::kBroadcast, 8, 4, 1, Algorithm::kRing),
+  EXPECT_EQ(
+      select_algorithm(Collective::kAllReduce, 8, 4, 1, kTcp, Algorithm::kHalvingDoubling, ring),
+      Algorithm::kHalvingDoubling);
+  EXPECT_THROW(select_algorithm(Collective::kBroadcast, 8, 4, 1, kTcp, Algorithm::kRing),
                InvalidArgument);
 }
 
@@ -99,7 +229,7 @@ TEST(Selection, EnvironmentForcesAlgorithms) {
   EXPECT_EQ(flat(Collective::kAllReduce, 8, 4, "ring"), Algorithm::kRing);
   EXPECT_EQ(flat(Collective::kBroadcast, 8, 4, "ring"), Algorithm::kBinomial);
   const char* several = "all_reduce=halving_doubling,broadcast=chain,reduce=chain";
-  EXPECT_EQ(flat(Collective::kAllReduce, size_t{1} << 30, 4, several), Algorithm::kHalvingDoubling);
+  EXPECT_EQ(flat(Collective::kAllReduce, size_t{1} << 30, 3, several), Algorithm::kHalvingDoubling);
   EXPECT_EQ(flat(Collective::kBroadcast, 8, 4, several), Algorithm::kChain);
   EXPECT_EQ(flat(Collective::kReduce, 8, 4, several), Algorithm::kChain);
   EXPECT_EQ(flat(Collective::kAllReduce, 8, 4, "auto"), Algorithm::kRecursiveDoubling);

@@ -47,6 +47,23 @@ TEST(MixedCommTest, EachPeerGetsTheBestChannelAndTheTopology) {
   });
 }
 
+TEST(MixedCommTest, TheLinkClassIsTheSlowestPairsOnEveryRank) {
+  run_comm_ranks(3, mixed("AAA"), [](Comm& comm) {
+    EXPECT_EQ(comm.topology().link, LinkClass::kShm) << comm.rank();
+  });
+  // Rank 0 reaches rank 1 by shared memory, but rank 2 only over TCP: tcp on all.
+  run_comm_ranks(3, mixed("AAB"), [](Comm& comm) {
+    EXPECT_EQ(comm.topology().link, LinkClass::kTcp) << comm.rank();
+  });
+  // One host, TCP channels only (TDIST_CHANNELS=tcp, the tcp backend).
+  run_ranks(2, [](Comm& comm) {
+    EXPECT_STREQ(kind_to(comm, 1 - comm.rank()), "tcp");
+    EXPECT_EQ(comm.topology().link, LinkClass::kTcp);
+  });
+  EXPECT_STREQ(link_class_name(LinkClass::kShm), "shm");
+  EXPECT_STREQ(link_class_name(LinkClass::kUnknown), "unknown");
+}
+
 TEST(MixedCommTest, ARankWaitingOnTcpStillMovesItsSharedMemorySends) {
   constexpr size_t kBig = 4 << 20;  // 64x the ring
   run_comm_ranks(3, mixed("AAB"), [](Comm& comm) {
