@@ -16,18 +16,22 @@
 // --bucket-view sets gradient_as_bucket_view), or with --manual trains the plain module
 // and all_reduces each gradient in place after backward: no buckets, no overlap, no
 // copies, the memory baseline DDP's overhead is measured against. Rank 0 prints one line:
-//   tdist-ddp model=mlp world=2 batch_per_rank=32 step_ms=12.3 samples_per_s=5203 peak_rss_mb=412
-// where peak_rss_mb is the largest ru_maxrss (getrusage) over the ranks. Exit status 2 on
-// bad flags, 1 on errors.
+//   tdist-ddp model=mlp world=2 batch_per_rank=32 step_ms=12.3 samples_per_s=5203
+//   median_step_ms=12.10 peak_rss_mb=412
+// (one line) where step_ms and samples_per_s come from the mean step time (as the anchors
+// report it), median_step_ms is rank 0's median step, and peak_rss_mb is the largest
+// ru_maxrss (getrusage) over the ranks. Exit status 2 on bad flags, 1 on errors.
 #include <sys/resource.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "fashion_mnist_net.h"
 #include "tdist/distributed.h"
@@ -93,31 +97,42 @@ bool parse_flags(int argc, char** argv, Flags& f) {
          f.batch > 0 && !(f.bucket_view && f.manual);
 }
 
-// Seconds per step of `steps` timed steps: `forward` maps the batch to logits,
-// `after_backward` runs between backward and the optimizer step.
+struct StepTimes {
+  double mean_s = 0;    // of the timed steps
+  double median_s = 0;  // less sensitive to other work on the machine
+};
+
+// Times `steps` steps: `forward` maps the batch to logits, `after_backward` runs between
+// backward and the optimizer step.
 template <typename Forward, typename AfterBackward>
-double time_steps(torch::nn::Module& module, Forward&& forward, AfterBackward&& after_backward,
-                  const Flags& flags) {
+StepTimes time_steps(torch::nn::Module& module, Forward&& forward, AfterBackward&& after_backward,
+                     const Flags& flags) {
   torch::manual_seed(0);
   torch::Tensor x = torch::randn({flags.batch, 1, 28, 28});
   torch::Tensor y = torch::randint(0, 10, {flags.batch}, torch::kLong);
   torch::optim::SGD optimizer(module.parameters(), 0.01);
-  std::chrono::steady_clock::time_point start;
+  std::vector<double> steps;
+  auto start = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < flags.steps + kWarmupSteps; ++i) {
-    if (i == kWarmupSteps) start = std::chrono::steady_clock::now();
+    const auto step_start = std::chrono::steady_clock::now();
+    if (i == kWarmupSteps) start = step_start;
     optimizer.zero_grad();
     torch::nn::functional::cross_entropy(forward(x), y).backward();
     after_backward();
     optimizer.step();
+    if (i >= kWarmupSteps) {
+      steps.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
+    }
   }
   std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-  return elapsed.count() / static_cast<double>(flags.steps);
+  std::sort(steps.begin(), steps.end());
+  return {elapsed.count() / static_cast<double>(flags.steps), steps[steps.size() / 2]};
 }
 
-// Times `model` plain (world 1), with manual all_reduce or under DDP; returns seconds
-// per step.
+// Times `model` plain (world 1), with manual all_reduce or under DDP.
 template <typename Handle>
-double run(Handle model, const Flags& flags, int world) {
+StepTimes run(Handle model, const Flags& flags, int world) {
   auto plain = [&](const torch::Tensor& x) { return model->forward(x); };
   auto nothing = [] {};
   if (world == 1) return time_steps(*model, plain, nothing, flags);
@@ -136,7 +151,7 @@ double run(Handle model, const Flags& flags, int world) {
   return time_steps(*model, wrapped, nothing, flags);
 }
 
-double seconds_per_step(const Flags& flags, int world) {
+StepTimes time_model(const Flags& flags, int world) {
   torch::manual_seed(0);
   if (flags.model == "mlp") {
     namespace nn = torch::nn;
@@ -163,7 +178,8 @@ int bench(const Flags& flags) {
     world = tdist::get_world_size();
     rank = tdist::get_rank();
   }
-  double step_s = seconds_per_step(flags, world);
+  const StepTimes times = time_model(flags, world);
+  const double step_s = times.mean_s;
   torch::Tensor rss = torch::tensor({peak_rss_kib()});
   if (world > 1) {
     tdist::torch::all_reduce(rss, tdist::ReduceOpKind::kMax);
@@ -172,9 +188,9 @@ int bench(const Flags& flags) {
   if (rank == 0) {
     std::printf(
         "tdist-ddp model=%s world=%d batch_per_rank=%lld step_ms=%.1f samples_per_s=%.0f "
-        "peak_rss_mb=%.0f\n",
+        "median_step_ms=%.2f peak_rss_mb=%.0f\n",
         flags.model.c_str(), world, static_cast<long long>(flags.batch), step_s * 1e3,
-        static_cast<double>(world * flags.batch) / step_s,
+        static_cast<double>(world * flags.batch) / step_s, times.median_s * 1e3,
         static_cast<double>(rss.item<int64_t>()) / 1024.0);
   }
   return 0;

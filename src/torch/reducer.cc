@@ -109,6 +109,7 @@ void Reducer::prepare_for_forward() {
   std::lock_guard<std::mutex> lock(mu_);
   if (phase_ == Phase::kReducing) {
     std::exception_ptr error = wait_for_launched();
+    detach_in_place();
     phase_ = Phase::kIdle;
     TDIST_THROW(Error, "DDP: synchronized backward pass ", synced_passes_,
                 " did not finish: it failed before every gradient was reduced, so this rank's "
@@ -216,18 +217,50 @@ void Reducer::mark_ready(size_t index) {
 }
 
 void Reducer::copy_grad_to_bucket(const Param& param, Bucket& bucket) {
-  ::torch::Tensor& view = bucket.grad.gradients[param.slot];
   ::torch::Tensor& grad = param.tensor.mutable_grad();
+  TDIST_CHECK(!grad.defined() || (grad.layout() == ::torch::kStrided && grad.device().is_cpu()),
+              InvalidArgument, "DDP: parameter '", param.name,
+              "' got a sparse or non-CPU gradient; DDP reduces dense CPU gradients");
+  if (bucket.in_place) {
+    attach_in_place(param, bucket);
+    return;
+  }
+  ::torch::Tensor& view = bucket.grad.gradients[param.slot];
   if (!grad.defined()) {
     view.zero_();
     return;
   }
-  TDIST_CHECK(grad.layout() == ::torch::kStrided && grad.device().is_cpu(), InvalidArgument,
-              "DDP: parameter '", param.name,
-              "' got a sparse or non-CPU gradient; DDP reduces dense CPU gradients");
   if (grad.data_ptr() == view.data_ptr()) return;  // already its slice of the bucket
   view.copy_(grad);
   if (options_.gradient_as_bucket_view) grad = view;
+}
+
+void Reducer::attach_in_place(const Param& param, Bucket& bucket) {
+  GradBucket& g = bucket.grad;
+  const ::torch::Tensor& grad = param.tensor.grad();
+  if (grad.defined() && grad.is_contiguous()) {
+    g.gradients[0] = grad;
+    g.buffer = grad.view({-1});
+    return;
+  }
+  if (!bucket.staging.defined()) {
+    bucket.staging = ::torch::empty({param.tensor.numel()}, param.tensor.options());
+  }
+  g.buffer = bucket.staging;
+  g.gradients[0] = bucket.staging.view(param.tensor.sizes());
+  if (grad.defined()) {
+    g.gradients[0].copy_(grad);
+  } else {
+    g.buffer.zero_();
+  }
+}
+
+void Reducer::detach_in_place() {
+  for (Bucket& b : buckets_) {
+    if (!b.in_place) continue;
+    b.grad.buffer = ::torch::Tensor();
+    b.grad.gradients[0] = ::torch::Tensor();
+  }
 }
 
 void Reducer::finalize_backward() {
@@ -267,6 +300,7 @@ void Reducer::finalize_backward() {
               "batches and accumulation steps)");
   for (Bucket& b : buckets_) hook_->finish(*group_, b.grad);
   write_gradients();
+  detach_in_place();
   if (synced_passes_ == 1 && !rebuilt_ &&
       (!options_.find_unused_parameters || options_.static_graph)) {
     rebuild_due_ = true;
@@ -292,10 +326,16 @@ void Reducer::write_gradients() {
   for (size_t i = 0; i < params_.size(); ++i) {
     if (globally_unused(i)) continue;  // no rank has a gradient: leave grad untouched
     const Param& p = params_[i];
-    const ::torch::Tensor& view = buckets_[p.bucket].grad.gradients[p.slot];
+    Bucket& bucket = buckets_[p.bucket];
+    const ::torch::Tensor& view = bucket.grad.gradients[p.slot];
     ::torch::Tensor& grad = p.tensor.mutable_grad();
     if (!grad.defined()) {
-      grad = options_.gradient_as_bucket_view ? view : view.clone();
+      if (bucket.in_place) {
+        grad = view;  // the staging tensor becomes the gradient: the next pass makes another
+        bucket.staging = ::torch::Tensor();
+      } else {
+        grad = options_.gradient_as_bucket_view ? view : view.clone();
+      }
     } else if (grad.data_ptr() != view.data_ptr()) {
       grad.copy_(view);
     }

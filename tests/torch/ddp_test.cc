@@ -32,6 +32,7 @@ constexpr int64_t kOut = 4;
 constexpr double kLr = 0.1;
 
 struct NetOptions {
+  int64_t hidden = kHidden;
   bool extra = false;             // a branch forward uses when given a mask
   bool never = false;             // a layer forward never uses
   bool reverse_register = false;  // register fc2 before fc1 (gradient order = registration)
@@ -40,11 +41,11 @@ struct NetOptions {
 struct TestNet : ::torch::nn::Module {
   explicit TestNet(const NetOptions& o) {
     if (o.reverse_register) {
-      fc2 = register_module("fc2", ::torch::nn::Linear(kHidden, kOut));
-      fc1 = register_module("fc1", ::torch::nn::Linear(kIn, kHidden));
+      fc2 = register_module("fc2", ::torch::nn::Linear(o.hidden, kOut));
+      fc1 = register_module("fc1", ::torch::nn::Linear(kIn, o.hidden));
     } else {
-      fc1 = register_module("fc1", ::torch::nn::Linear(kIn, kHidden));
-      fc2 = register_module("fc2", ::torch::nn::Linear(kHidden, kOut));
+      fc1 = register_module("fc1", ::torch::nn::Linear(kIn, o.hidden));
+      fc2 = register_module("fc2", ::torch::nn::Linear(o.hidden, kOut));
     }
     if (o.extra) extra = register_module("extra", ::torch::nn::Linear(kIn, kOut));
     if (o.never) never = register_module("never", ::torch::nn::Linear(kIn, kOut));
@@ -69,6 +70,7 @@ struct Scenario {
   DDPOptions ddp;
   std::function<std::shared_ptr<CommHook>()> hook;
   std::function<bool(int rank)> uses_extra = [](int) { return false; };
+  std::function<void(int rank, Ddp&)> before_backward = [](int, Ddp&) {};  // after zero_grad
   std::function<void(int rank, Ddp&)> after_step = [](int, Ddp&) {};
 };
 
@@ -161,6 +163,7 @@ Result train(const Scenario& s) {
     ::torch::optim::SGD opt(models[ru]->parameters(), kLr);
     for (int step = 0; step < s.steps; ++step) {
       opt.zero_grad();
+      s.before_backward(r, ddp);
       for (int k = 0; k < s.micro; ++k) {
         auto pass = [&] {
           Tensor out = ddp.forward(xs[step][k].narrow(0, r * s.batch, s.batch), my_mask);
@@ -271,18 +274,129 @@ TEST_F(DdpTest, BucketsAreRebuiltInGradientOrder) {
 }
 
 TEST_F(DdpTest, FindUnusedParametersHandlesParametersUnusedOnSomeOrAllRanks) {
+  // Shared buckets, then buckets of one parameter (reduced in place, or in a staging
+  // tensor where this rank has no gradient).
+  for (double first_mb : {1.0, 1e-4}) {
+    Scenario s;
+    s.net.extra = true;
+    s.net.never = true;
+    s.ddp.find_unused_parameters = true;
+    s.ddp.first_bucket_mb = first_mb;
+    s.ddp.bucket_cap_mb = 2 * first_mb;
+    s.uses_extra = [](int rank) { return rank == 0; };  // extra: used on rank 0 only
+    Result res = train(s);
+    expect_matches_reference(res);
+    // 'never' got no gradient anywhere: its grad stays undefined, as in the reference.
+    for (size_t r = 0; r < res.ranks.size(); ++r) {
+      std::vector<bool> expected = {true, true, true, true, true, true, false, false};
+      EXPECT_EQ(res.grad_defined[r], expected) << "rank " << r;
+      EXPECT_FALSE(res.rebuilt[r]);  // the gradient order may change between iterations
+    }
+  }
+}
+
+// A comm hook that all_reduces as the default one and records, at each launch, whether the
+// bucket's buffer is its one parameter's gradient itself.
+struct ProbeHook : CommHook {
+  WorkPtr run(ProcessGroup& group, const GradBucket& bucket) override {
+    const Tensor& own = bucket.parameters[0].grad();
+    in_place.push_back(bucket.parameters.size() == 1 && own.defined() &&
+                       own.data_ptr() == bucket.buffer.data_ptr());
+    return plain->run(group, bucket);
+  }
+  std::shared_ptr<CommHook> plain = allreduce_hook();
+  std::vector<bool> in_place;
+};
+
+// One synchronized step of TestNet on each of 2 ranks with `options`; the probe of rank 0.
+std::shared_ptr<ProbeHook> probe_one_step(DDPOptions options, const NetOptions& net = {}) {
+  std::vector<std::shared_ptr<ProbeHook>> probes(2);
+  ThreadWorld world(2);
+  world.run([&](int r, ProcessGroup&) {
+    auto model = std::make_shared<TestNet>(net);
+    DDPOptions o = options;
+    o.process_group = world.shared(r);
+    Ddp ddp(model, o);
+    auto probe = std::make_shared<ProbeHook>();
+    ddp.register_comm_hook(probe);
+    ddp.forward(::torch::randn({3, kIn}), Tensor()).sum().backward();
+    probes[static_cast<size_t>(r)] = probe;
+  });
+  return probes[0];
+}
+
+TEST_F(DdpTest, LargeGradientsAreReducedInPlace) {
+  // fc1.weight (512 KiB) and fc2.weight (256 KiB) get buckets of their own, launched in
+  // the order they fill up; the small biases share one.
+  DDPOptions options;
+  NetOptions wide;
+  wide.hidden = 16384;
+  EXPECT_EQ(probe_one_step(options, wide)->in_place, (std::vector<bool>{true, false, true}));
   Scenario s;
-  s.net.extra = true;
-  s.net.never = true;
-  s.ddp.find_unused_parameters = true;
-  s.uses_extra = [](int rank) { return rank == 0; };  // extra: used on rank 0 only
+  s.net = wide;
+  s.steps = 2;
   Result res = train(s);
   expect_matches_reference(res);
-  // 'never' got no gradient anywhere: its grad stays undefined, as in the reference.
-  for (size_t r = 0; r < res.ranks.size(); ++r) {
-    std::vector<bool> expected = {true, true, true, true, true, true, false, false};
-    EXPECT_EQ(res.grad_defined[r], expected) << "rank " << r;
-    EXPECT_FALSE(res.rebuilt[r]);  // the gradient order may change between iterations
+  using Names = std::vector<std::string>;
+  EXPECT_EQ(res.buckets_before[0],
+            (std::vector<Names>{{"fc2.weight"}, {"fc2.bias", "fc1.bias"}, {"fc1.weight"}}));
+}
+
+TEST_F(DdpTest, GradientsStayTheUsersOwnTensors) {
+  // Without gradient_as_bucket_view no gradient shares memory with another or with DDP: a
+  // gradient the user keeps after setting grads to none is never written again.
+  Scenario s;
+  s.net.hidden = 16384;  // fc1.weight and fc2.weight are reduced in place
+  s.net.extra = true;    // and 'extra' too (buckets of one), on rank 0 only
+  s.ddp.find_unused_parameters = true;
+  s.uses_extra = [](int rank) { return rank == 0; };
+  s.ddp.first_bucket_mb = 1e-4;
+  s.ddp.bucket_cap_mb = 1e-4;
+  std::vector<std::vector<Tensor>> kept(2), copies(2);
+  std::atomic<bool> shared{false};
+  s.after_step = [&](int r, Ddp& ddp) {
+    const auto ru = static_cast<size_t>(r);
+    std::vector<Tensor> params = ddp.module()->parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+      for (size_t j = 0; j < i; ++j) {
+        if (params[i].grad().defined() && params[j].grad().defined() &&
+            params[i].grad().is_alias_of(params[j].grad())) {
+          shared = true;
+        }
+      }
+      if (kept[ru].size() < params.size()) {  // the first step's gradients
+        kept[ru].push_back(params[i].grad());
+        copies[ru].push_back(params[i].grad().defined() ? params[i].grad().clone() : Tensor());
+      }
+    }
+    for (Tensor& p : params) p.mutable_grad().reset();  // zero_grad(set_to_none)
+  };
+  expect_matches_reference(train(s));
+  EXPECT_FALSE(shared);
+  for (size_t r = 0; r < 2; ++r) {
+    for (size_t i = 0; i < kept[r].size(); ++i) {
+      if (!kept[r][i].defined()) continue;
+      EXPECT_TRUE(::torch::equal(kept[r][i], copies[r][i])) << "rank " << r << " param " << i;
+    }
+  }
+}
+
+TEST_F(DdpTest, NonContiguousGradientsAreReducedThroughAStagingTensor) {
+  // Gradients accumulate into whatever tensor param.grad() holds: here a column-major one.
+  for (double first_mb : {1.0, 1e-4}) {
+    Scenario s;
+    s.ddp.first_bucket_mb = first_mb;
+    s.ddp.bucket_cap_mb = first_mb;
+    std::atomic<bool> strided{true};
+    s.before_backward = [&](int, Ddp& ddp) {
+      Tensor& g = ddp.module()->fc1->weight.mutable_grad();
+      g = ::torch::empty_strided({kHidden, kIn}, {1, kHidden}).zero_();  // column-major
+    };
+    s.after_step = [&](int, Ddp& ddp) {
+      if (ddp.module()->fc1->weight.grad().is_contiguous()) strided = false;
+    };
+    expect_matches_reference(train(s));
+    EXPECT_TRUE(strided);  // the gradient kept its layout
   }
 }
 

@@ -8,7 +8,8 @@
 //                          without waiting for it (this is what overlaps communication with
 //                          the rest of backward). It must issue the same collectives on every
 //                          rank. Tensors the Work reads or writes must stay alive until finish
-//                          (keep them in the hook).
+//                          (keep them in the hook). bucket.buffer may be the parameter's
+//                          gradient itself (a bucket of one parameter).
 //   finish(group, bucket)  at the end of backward, in bucket order, after run's Work
 //                          completed. It leaves the AVERAGE over ranks of the gradients in
 //                          bucket.buffer (DDP then hands it to the parameters). It may issue
