@@ -4,7 +4,7 @@
 // cross-entropy, SGD lr 0.01, 3 warm-up steps, then `steps` timed ones.
 //
 //   ddp_bench --model mlp|cnn|fashion [--steps N] [--batch N] [--backend NAME]
-//             [--bucket-view | --manual]
+//             [--overlap auto|during|after] [--bucket-view | --manual]
 //   tdistrun --standalone --nproc-per-node 2 ddp_bench --model mlp
 //
 // Models: mlp = 784-2048-2048-10 (5.8M parameters, 23 MB of gradients), cnn = the classic
@@ -12,10 +12,10 @@
 // FashionNet. Default batch per rank: 32 for mlp, 64 otherwise.
 // Alone (no WORLD_SIZE) it trains the plain module with no DDP and no process group, as
 // the anchors do for world 1; under a launcher every rank wraps it in DDP (backend `auto`
-// unless --backend names another;
-// --bucket-view sets gradient_as_bucket_view), or with --manual trains the plain module
-// and all_reduces each gradient in place after backward: no buckets, no overlap, no
-// copies, the memory baseline DDP's overhead is measured against. Rank 0 prints one line:
+// unless --backend names another; --bucket-view sets gradient_as_bucket_view, --overlap
+// DDPOptions::overlap), or with --manual trains the plain module and all_reduces each
+// gradient in place after backward: no buckets, no overlap, no copies, the baseline DDP's
+// overhead is measured against. Rank 0 prints one line:
 //   tdist-ddp model=mlp world=2 batch_per_rank=32 step_ms=12.3 samples_per_s=5203
 //   median_step_ms=12.10 peak_rss_mb=412
 // (one line) where step_ms and samples_per_s come from the mean step time (as the anchors
@@ -70,6 +70,7 @@ struct Flags {
   int64_t batch = 0;  // 0: the model's default
   bool bucket_view = false;
   bool manual = false;
+  tdist::torch::CommOverlap overlap = tdist::torch::CommOverlap::kAuto;
   std::string backend = "auto";
 };
 
@@ -80,6 +81,15 @@ bool parse_flags(int argc, char** argv, Flags& f) {
       f.bucket_view = true;
     } else if (flag == "--manual") {
       f.manual = true;
+    } else if (i + 1 < argc && flag == "--overlap") {
+      const std::string when = argv[++i];
+      if (when == "during") {
+        f.overlap = tdist::torch::CommOverlap::kDuringBackward;
+      } else if (when == "after") {
+        f.overlap = tdist::torch::CommOverlap::kAfterBackward;
+      } else if (when != "auto") {
+        return false;
+      }
     } else if (i + 1 < argc && flag == "--model") {
       f.model = argv[++i];
     } else if (i + 1 < argc && flag == "--steps") {
@@ -146,6 +156,7 @@ StepTimes run(Handle model, const Flags& flags, int world) {
   }
   tdist::torch::DDPOptions options;
   options.gradient_as_bucket_view = flags.bucket_view;
+  options.overlap = flags.overlap;
   tdist::torch::DistributedDataParallel ddp(model, options);
   auto wrapped = [&](const torch::Tensor& x) { return ddp.forward(x); };
   return time_steps(*model, wrapped, nothing, flags);
@@ -203,7 +214,7 @@ int main(int argc, char** argv) {
   if (!parse_flags(argc, argv, flags)) {
     std::fputs(
         "usage: ddp_bench --model mlp|cnn|fashion [--steps N] [--batch N] [--backend NAME] "
-        "[--bucket-view | --manual]\n",
+        "[--overlap auto|during|after] [--bucket-view | --manual]\n",
         stderr);
     return 2;
   }

@@ -5,12 +5,14 @@
 // parameter is that parameter's gradient itself, attached at each pass). An autograd post
 // hook on each parameter's gradient accumulator copies the fresh gradient into its shared
 // bucket (or, with gradient_as_bucket_view, makes param.grad() that slice of the bucket)
-// and, once a bucket is full, launches it through the comm hook. Buckets launch in index
-// order on every rank (a full bucket waits for the ones before it), so every rank issues
-// the same collectives in the same order. The first hook of a pass queues a final autograd
-// callback: the end of backward waits for every bucket, checks the control vector
-// (backward-pass counts, used parameters), lets the hook finish and writes the averaged
-// gradients.
+// and, once a bucket is full, launches it through the comm hook - or, when communication
+// is not to overlap backward, leaves every launch to the end of backward. Buckets launch
+// in index order on every rank (a full bucket waits for the ones before it), so every rank
+// issues the same collectives in the same order. The first hook of a pass queues a final
+// autograd callback: the end of backward launches what is left, waits for every bucket
+// (a waiting thread runs the queued operations of the built-in groups itself), checks the
+// control vector (backward-pass counts, used parameters), lets the hook finish and writes
+// the averaged gradients.
 //
 // Phases: idle (hooks ignored) -> armed by a synchronized forward -> reducing from the
 // first hook to the final callback -> idle; a forward under no_sync arms a local pass
@@ -101,6 +103,11 @@ class Reducer {
   // The rest run with mu_ held.
   void start_reduction();
   void mark_ready(size_t index);
+  // Issues the control vector's all_reduce (before any bucket of the pass).
+  void launch_control();
+  // Launches the full buckets from next_bucket_ on, in index order, up to the first that
+  // is not full.
+  void launch_full_buckets();
   void copy_grad_to_bucket(const Param& param, Bucket& bucket);
   void attach_in_place(const Param& param, Bucket& bucket);
   // Drops the in-place buckets' references to this pass's gradients.
@@ -117,7 +124,8 @@ class Reducer {
 
   const std::shared_ptr<ProcessGroup> group_;
   const DDPOptions options_;
-  const bool handle_unused_;  // find_unused_parameters or static_graph
+  const bool handle_unused_;    // find_unused_parameters or static_graph
+  const bool during_backward_;  // options_.overlap resolved: launch buckets from the hooks
   std::vector<Param> params_;
   std::shared_ptr<CommHook> hook_;
   bool custom_hook_ = false;

@@ -33,8 +33,9 @@
 //    gradient, or a non-contiguous one, does it go through a tensor of DDP's). Backward
 //    hooks copy the other gradients into their shared buckets (with
 //    gradient_as_bucket_view the parameter's grad IS its slice of the bucket: no copies).
-//    Each bucket's all_reduce (or comm hook) starts as soon as the bucket is full, while
-//    backward goes on.
+//  - Each bucket's all_reduce (or comm hook) starts, as `overlap` says, as soon as the
+//    bucket is full while backward goes on, or once backward has computed every
+//    gradient, on the backward thread (by default where the ranks use every core).
 //  - The end of backward waits for every bucket and writes the averaged gradients into
 //    param.grad(); optimizer.step() needs nothing more.
 //  - Each synchronized pass also all_reduces a small control vector: every rank's count
@@ -58,9 +59,9 @@
 //  - ranks that ran different numbers of backward passes: when they meet in a synchronized
 //    pass, DesyncError from backward on every rank ("ranks ran different numbers of
 //    backward passes", with the counts). A rank whose peers stopped earlier finds nobody
-//    to reduce with: it logs a warning each minute it waits, and the group's timeout,
-//    PeerError or DesyncError then ends that backward (or forward, whose buffer broadcast
-//    and bucket rebuild are collectives too) with that explanation added;
+//    to reduce with: it waits until the group's timeout, and TimeoutError, PeerError or
+//    DesyncError then ends that backward (or forward, whose buffer broadcast and bucket
+//    rebuild are collectives too) with that explanation added;
 //  - forward after a backward that failed midway: Error (the next forward works again);
 //  - non-CPU, sparse or complex parameters: InvalidArgument at construction.
 //
@@ -88,6 +89,21 @@ namespace tdist::torch {
 
 class Reducer;
 
+// When DDP starts each bucket's all_reduce (or comm hook).
+enum class CommOverlap {
+  // kDuringBackward where every local rank has a core to spare for communication beside
+  // its intra-op threads (usable cores >= local ranks x (torch::get_num_threads() + 1),
+  // local ranks as the launcher tells: LOCAL_WORLD_SIZE and the like), else kAfterBackward.
+  kAuto,
+  // As soon as the bucket is full, while backward goes on (PyTorch's way): the process
+  // group's worker thread runs the communication beside backward.
+  kDuringBackward,
+  // When backward has computed every gradient, run by the backward thread itself. Where
+  // the ranks use every core, a worker thread could only take turns with backward on its
+  // core: here nothing competes with backward, and the waits poll instead of sleeping.
+  kAfterBackward,
+};
+
 struct DDPOptions {
   double bucket_cap_mb = 25;   // MiB, as PyTorch
   double first_bucket_mb = 1;  // MiB; small, so that communication starts early
@@ -100,6 +116,7 @@ struct DDPOptions {
   // past zero_grad (set to none) is overwritten by later passes.
   bool gradient_as_bucket_view = false;
   bool static_graph = false;
+  CommOverlap overlap = CommOverlap::kAuto;
   std::shared_ptr<ProcessGroup> process_group;  // nullptr: tdist::get_default_group()
 };
 
