@@ -240,7 +240,8 @@ void Reducer::attach_in_place(const Param& param, Bucket& bucket) {
     return;
   }
   if (!bucket.staging.defined()) {
-    bucket.staging = ::torch::empty({param.tensor.numel()}, param.tensor.options());
+    bucket.staging = ::torch::empty({param.tensor.numel()},
+                                    ::torch::TensorOptions().dtype(param.tensor.scalar_type()));
   }
   g.buffer = bucket.staging;
   g.gradients[0] = bucket.staging.view(param.tensor.sizes());
