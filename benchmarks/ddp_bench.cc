@@ -4,7 +4,7 @@
 // cross-entropy, SGD lr 0.01, 3 warm-up steps, then `steps` timed ones.
 //
 //   ddp_bench --model mlp|cnn|fashion [--steps N] [--batch N] [--backend NAME]
-//             [--overlap auto|during|after] [--bucket-view | --manual]
+//             [--overlap auto|during|after] [--bucket-view | --manual | --interleave ROUNDS]
 //   tdistrun --standalone --nproc-per-node 2 ddp_bench --model mlp
 //
 // Models: mlp = 784-2048-2048-10 (5.8M parameters, 23 MB of gradients), cnn = the classic
@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -71,6 +72,7 @@ struct Flags {
   bool bucket_view = false;
   bool manual = false;
   tdist::torch::CommOverlap overlap = tdist::torch::CommOverlap::kAuto;
+  int64_t interleave = 0;  // rounds of the interleaved comparison; 0: off
   std::string backend = "auto";
 };
 
@@ -98,13 +100,15 @@ bool parse_flags(int argc, char** argv, Flags& f) {
       f.backend = argv[++i];
     } else if (i + 1 < argc && flag == "--batch") {
       f.batch = std::atoll(argv[++i]);
+    } else if (i + 1 < argc && flag == "--interleave") {
+      f.interleave = std::atoll(argv[++i]);
     } else {
       return false;
     }
   }
   if (f.batch == 0) f.batch = f.model == "mlp" ? 32 : 64;
   return (f.model == "mlp" || f.model == "cnn" || f.model == "fashion") && f.steps > 0 &&
-         f.batch > 0 && !(f.bucket_view && f.manual);
+         f.batch > 0 && f.interleave >= 0 && f.bucket_view + f.manual + (f.interleave > 0) <= 1;
 }
 
 struct StepTimes {
@@ -162,16 +166,108 @@ StepTimes run(Handle model, const Flags& flags, int world) {
   return time_steps(*model, wrapped, nothing, flags);
 }
 
-StepTimes time_model(const Flags& flags, int world) {
+// --interleave: the variants take turns within one job, kTurnSteps steps each per round
+// (the first round is warm-up), so that other work on the machine slows them alike.
+// Rank 0 prints, per variant, the median step and its ratio to `plain`:
+//   plain       the model without any communication (the ceiling of this job)
+//   manual      each gradient all_reduced in place after backward (--manual)
+//   ddp-after   DDP, buckets launched at the end of backward (CommOverlap::kAfterBackward)
+//   ddp-during  DDP, buckets launched during backward (CommOverlap::kDuringBackward)
+//   ddp-view    DDP with gradient_as_bucket_view (overlap as --overlap says)
+constexpr int kTurnSteps = 5;
+
+template <typename Handle>
+void interleave(const std::function<Handle()>& make, const Flags& flags, int rank) {
+  using Ddp = tdist::torch::DistributedDataParallel<Handle>;
+  struct Variant {
+    std::string name;
+    Handle model;
+    std::unique_ptr<Ddp> ddp;
+    std::unique_ptr<torch::optim::SGD> optimizer;
+    std::vector<double> steps;
+  };
+  std::vector<Variant> variants;
+  for (const char* name : {"plain", "manual", "ddp-after", "ddp-during", "ddp-view"}) {
+    Variant v{name, make(), nullptr, nullptr, {}};
+    const std::string n = name;
+    if (n.starts_with("ddp")) {
+      tdist::torch::DDPOptions options;
+      options.overlap = n == "ddp-after"    ? tdist::torch::CommOverlap::kAfterBackward
+                        : n == "ddp-during" ? tdist::torch::CommOverlap::kDuringBackward
+                                            : flags.overlap;
+      options.gradient_as_bucket_view = n == "ddp-view";
+      v.ddp = std::make_unique<Ddp>(v.model, options);
+    }
+    v.optimizer = std::make_unique<torch::optim::SGD>(v.model->parameters(), 0.01);
+    variants.push_back(std::move(v));
+  }
   torch::manual_seed(0);
+  torch::Tensor x = torch::randn({flags.batch, 1, 28, 28});
+  torch::Tensor y = torch::randint(0, 10, {flags.batch}, torch::kLong);
+  for (int64_t round = 0; round <= flags.interleave; ++round) {
+    for (Variant& v : variants) {
+      for (int i = 0; i < kTurnSteps; ++i) {
+        const auto start = std::chrono::steady_clock::now();
+        v.optimizer->zero_grad();
+        torch::Tensor logits = v.ddp ? v.ddp->forward(x) : v.model->forward(x);
+        torch::nn::functional::cross_entropy(logits, y).backward();
+        if (v.name == "manual") {
+          for (const torch::Tensor& p : v.model->parameters()) {
+            tdist::torch::all_reduce(p.grad(), tdist::ReduceOpKind::kAvg);
+          }
+        }
+        v.optimizer->step();
+        const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+        if (round > 0) v.steps.push_back(took.count());
+      }
+    }
+  }
+  if (rank != 0) return;
+  double plain = 0;
+  for (Variant& v : variants) {
+    std::sort(v.steps.begin(), v.steps.end());
+    const double median = v.steps[v.steps.size() / 2];
+    if (v.name == "plain") plain = median;
+    std::printf("tdist-ddp-interleaved model=%s variant=%s median_step_ms=%.2f vs_plain=%.3f\n",
+                flags.model.c_str(), v.name.c_str(), median * 1e3, median / plain);
+  }
+}
+
+// The model, built the same way each time (seed 0).
+template <typename Handle>
+std::function<Handle()> factory(std::function<Handle()> make) {
+  return [make] {
+    torch::manual_seed(0);
+    return make();
+  };
+}
+
+template <typename Handle>
+StepTimes time_or_interleave(const std::function<Handle()>& make, const Flags& flags, int world,
+                             int rank) {
+  if (flags.interleave == 0) return run(make(), flags, world);
+  interleave(make, flags, rank);
+  return {};
+}
+
+StepTimes time_model(const Flags& flags, int world, int rank) {
   if (flags.model == "mlp") {
     namespace nn = torch::nn;
-    return run(nn::Sequential(nn::Flatten(), nn::Linear(784, 2048), nn::ReLU(),
-                              nn::Linear(2048, 2048), nn::ReLU(), nn::Linear(2048, 10)),
-               flags, world);
+    return time_or_interleave(factory<nn::Sequential>([] {
+                                return nn::Sequential(nn::Flatten(), nn::Linear(784, 2048),
+                                                      nn::ReLU(), nn::Linear(2048, 2048),
+                                                      nn::ReLU(), nn::Linear(2048, 10));
+                              }),
+                              flags, world, rank);
   }
-  if (flags.model == "cnn") return run(std::make_shared<AnchorNet>(), flags, world);
-  return run(std::make_shared<fashion_mnist::FashionNet>(), flags, world);
+  if (flags.model == "cnn") {
+    return time_or_interleave(
+        factory<std::shared_ptr<AnchorNet>>([] { return std::make_shared<AnchorNet>(); }), flags,
+        world, rank);
+  }
+  return time_or_interleave(factory<std::shared_ptr<fashion_mnist::FashionNet>>(
+                                [] { return std::make_shared<fashion_mnist::FashionNet>(); }),
+                            flags, world, rank);
 }
 
 int64_t peak_rss_kib() {
@@ -189,14 +285,18 @@ int bench(const Flags& flags) {
     world = tdist::get_world_size();
     rank = tdist::get_rank();
   }
-  const StepTimes times = time_model(flags, world);
+  if (flags.interleave > 0 && world == 1) {
+    std::fputs("ddp_bench: --interleave compares communication: run it under a launcher\n", stderr);
+    return 2;
+  }
+  const StepTimes times = time_model(flags, world, rank);
   const double step_s = times.mean_s;
   torch::Tensor rss = torch::tensor({peak_rss_kib()});
   if (world > 1) {
     tdist::torch::all_reduce(rss, tdist::ReduceOpKind::kMax);
     tdist::destroy_process_group();
   }
-  if (rank == 0) {
+  if (rank == 0 && flags.interleave == 0) {
     std::printf(
         "tdist-ddp model=%s world=%d batch_per_rank=%lld step_ms=%.1f samples_per_s=%.0f "
         "median_step_ms=%.2f peak_rss_mb=%.0f\n",
@@ -214,7 +314,7 @@ int main(int argc, char** argv) {
   if (!parse_flags(argc, argv, flags)) {
     std::fputs(
         "usage: ddp_bench --model mlp|cnn|fashion [--steps N] [--batch N] [--backend NAME] "
-        "[--overlap auto|during|after] [--bucket-view | --manual]\n",
+        "[--overlap auto|during|after] [--bucket-view | --manual | --interleave ROUNDS]\n",
         stderr);
     return 2;
   }
