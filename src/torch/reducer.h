@@ -76,6 +76,9 @@ class Reducer {
   void set_comm_hook(std::shared_ptr<CommHook> hook);
   std::vector<std::vector<std::string>> bucket_assignment() const;
   bool buckets_rebuilt() const;
+  CommOverlap comm_overlap() const {
+    return during_backward_ ? CommOverlap::kDuringBackward : CommOverlap::kAfterBackward;
+  }
 
  private:
   class GradHook;

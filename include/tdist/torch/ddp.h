@@ -149,6 +149,8 @@ class DistributedDataParallelBase {
   std::vector<std::vector<std::string>> bucket_assignment() const;
   // True once the buckets were rebuilt from the observed gradient order.
   bool buckets_rebuilt() const;
+  // When buckets are launched: options().overlap, kAuto resolved (never kAuto).
+  CommOverlap comm_overlap() const;
 
   const std::shared_ptr<ProcessGroup>& process_group() const { return group_; }
   const DDPOptions& options() const { return options_; }
