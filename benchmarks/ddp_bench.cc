@@ -17,10 +17,11 @@
 // gradient in place after backward: no buckets, no overlap, no copies, the baseline DDP's
 // overhead is measured against. Rank 0 prints one line:
 //   tdist-ddp model=mlp world=2 batch_per_rank=32 step_ms=12.3 samples_per_s=5203
-//   median_step_ms=12.10 peak_rss_mb=412
+//   median_step_ms=12.10 overlap=after peak_rss_mb=412
 // (one line) where step_ms and samples_per_s come from the mean step time (as the anchors
-// report it), median_step_ms is rank 0's median step, and peak_rss_mb is the largest
-// ru_maxrss (getrusage) over the ranks. Exit status 2 on bad flags, 1 on errors.
+// report it), median_step_ms is rank 0's median step, overlap is when DDP launched its
+// buckets (comm_overlap(); "-" without DDP), and peak_rss_mb is the largest ru_maxrss
+// (getrusage) over the ranks. Exit status 2 on bad flags, 1 on errors.
 #include <sys/resource.h>
 #include <torch/torch.h>
 
@@ -112,9 +113,22 @@ bool parse_flags(int argc, char** argv, Flags& f) {
 }
 
 struct StepTimes {
-  double mean_s = 0;    // of the timed steps
-  double median_s = 0;  // less sensitive to other work on the machine
+  double mean_s = 0;          // of the timed steps
+  double median_s = 0;        // less sensitive to other work on the machine
+  const char* overlap = "-";  // DDP's comm_overlap()
 };
+
+const char* overlap_name(tdist::torch::CommOverlap overlap) {
+  switch (overlap) {
+    case tdist::torch::CommOverlap::kAuto:
+      return "auto";
+    case tdist::torch::CommOverlap::kDuringBackward:
+      return "during";
+    case tdist::torch::CommOverlap::kAfterBackward:
+      return "after";
+  }
+  return "?";
+}
 
 // Times `steps` steps: `forward` maps the batch to logits, `after_backward` runs between
 // backward and the optimizer step.
@@ -163,18 +177,22 @@ StepTimes run(Handle model, const Flags& flags, int world) {
   options.overlap = flags.overlap;
   tdist::torch::DistributedDataParallel ddp(model, options);
   auto wrapped = [&](const torch::Tensor& x) { return ddp.forward(x); };
-  return time_steps(*model, wrapped, nothing, flags);
+  StepTimes times = time_steps(*model, wrapped, nothing, flags);
+  times.overlap = overlap_name(ddp.comm_overlap());
+  return times;
 }
 
 // --interleave: the variants take turns within one job, kTurnSteps steps each per round
-// (the first round is warm-up), so that other work on the machine slows them alike.
-// Rank 0 prints, per variant, the median step and its ratio to `plain`:
+// (the first kWarmupTurns rounds are warm-up), so that other work on the machine slows
+// them alike. Rank 0 prints, per variant, the median step and its ratio to `plain`:
 //   plain       the model without any communication (the ceiling of this job)
 //   manual      each gradient all_reduced in place after backward (--manual)
+//   ddp         DDP as configured (--overlap, default auto; the line says what it resolved to)
 //   ddp-after   DDP, buckets launched at the end of backward (CommOverlap::kAfterBackward)
 //   ddp-during  DDP, buckets launched during backward (CommOverlap::kDuringBackward)
 //   ddp-view    DDP with gradient_as_bucket_view (overlap as --overlap says)
 constexpr int kTurnSteps = 5;
+constexpr int kWarmupTurns = 2;
 
 template <typename Handle>
 void interleave(const std::function<Handle()>& make, const Flags& flags, int rank) {
@@ -187,7 +205,7 @@ void interleave(const std::function<Handle()>& make, const Flags& flags, int ran
     std::vector<double> steps;
   };
   std::vector<Variant> variants;
-  for (const char* name : {"plain", "manual", "ddp-after", "ddp-during", "ddp-view"}) {
+  for (const char* name : {"plain", "manual", "ddp", "ddp-after", "ddp-during", "ddp-view"}) {
     Variant v{name, make(), nullptr, nullptr, {}};
     const std::string n = name;
     if (n.starts_with("ddp")) {
@@ -204,7 +222,7 @@ void interleave(const std::function<Handle()>& make, const Flags& flags, int ran
   torch::manual_seed(0);
   torch::Tensor x = torch::randn({flags.batch, 1, 28, 28});
   torch::Tensor y = torch::randint(0, 10, {flags.batch}, torch::kLong);
-  for (int64_t round = 0; round <= flags.interleave; ++round) {
+  for (int64_t round = 0; round < flags.interleave + kWarmupTurns; ++round) {
     for (Variant& v : variants) {
       for (int i = 0; i < kTurnSteps; ++i) {
         const auto start = std::chrono::steady_clock::now();
@@ -218,7 +236,7 @@ void interleave(const std::function<Handle()>& make, const Flags& flags, int ran
         }
         v.optimizer->step();
         const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-        if (round > 0) v.steps.push_back(took.count());
+        if (round >= kWarmupTurns) v.steps.push_back(took.count());
       }
     }
   }
@@ -228,8 +246,11 @@ void interleave(const std::function<Handle()>& make, const Flags& flags, int ran
     std::sort(v.steps.begin(), v.steps.end());
     const double median = v.steps[v.steps.size() / 2];
     if (v.name == "plain") plain = median;
-    std::printf("tdist-ddp-interleaved model=%s variant=%s median_step_ms=%.2f vs_plain=%.3f\n",
-                flags.model.c_str(), v.name.c_str(), median * 1e3, median / plain);
+    std::printf(
+        "tdist-ddp-interleaved model=%s variant=%s median_step_ms=%.2f vs_plain=%.3f "
+        "overlap=%s\n",
+        flags.model.c_str(), v.name.c_str(), median * 1e3, median / plain,
+        v.ddp ? overlap_name(v.ddp->comm_overlap()) : "-");
   }
 }
 
@@ -299,9 +320,9 @@ int bench(const Flags& flags) {
   if (rank == 0 && flags.interleave == 0) {
     std::printf(
         "tdist-ddp model=%s world=%d batch_per_rank=%lld step_ms=%.1f samples_per_s=%.0f "
-        "median_step_ms=%.2f peak_rss_mb=%.0f\n",
+        "median_step_ms=%.2f overlap=%s peak_rss_mb=%.0f\n",
         flags.model.c_str(), world, static_cast<long long>(flags.batch), step_s * 1e3,
-        static_cast<double>(world * flags.batch) / step_s, times.median_s * 1e3,
+        static_cast<double>(world * flags.batch) / step_s, times.median_s * 1e3, times.overlap,
         static_cast<double>(rss.item<int64_t>()) / 1024.0);
   }
   return 0;
