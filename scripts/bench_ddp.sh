@@ -9,10 +9,17 @@
 # hits every variant alike; the table gives medians of step time and samples/s, the
 # scaling efficiency (world-2 samples/s / (2 x world-1 samples/s)) and tdist's peak RSS
 # per process (the largest over the ranks), also for world 2 with the `tcp` backend
-# (loopback TCP instead of shared memory), with gradient_as_bucket_view and, for the MLP,
-# without DDP: the plain model with each gradient all_reduced in place after backward (no
-# buckets, no overlap, no copies: the memory baseline for DDP), and two plain world-1
-# processes at once (no communication: the scaling ceiling of this machine).
+# (loopback TCP instead of shared memory), with gradient_as_bucket_view, with the buckets
+# launched during backward (--overlap during; the default decides by the cores, see
+# DDPOptions::overlap) and, for the MLP, without DDP: the plain model with each gradient
+# all_reduced in place after backward (no buckets, no overlap, no copies: the baseline for
+# DDP), and two plain world-1 processes at once (no communication: the scaling ceiling of
+# this machine). "vs torch" is the samples/s of a world-2 row over PyTorch DDP's.
+# Then, because separate runs on a busy machine disagree more than the variants do, each
+# round also runs `ddp_bench --interleave 4` for the MLP and the CNN: in one job the
+# variants take turns (no communication, all_reduce after backward, DDP with buckets
+# after / during backward, bucket view), and the table gives the median over rounds of
+# each variant's median step relative to the job's own no-communication steps.
 # PyTorch's side is ../shared/anchors/torch_ddp_mlp.py and torch_ddp.py (ANCHORS=dir to
 # point elsewhere), run with /usr/bin/python3 (python3-torch).
 # Needs: a build with the ddp_bench and tdistrun targets (LibTorch found).
@@ -68,7 +75,7 @@ run() {
   echo "  $variant $model world=$world: step ${step} ms, ${rate} samples/s${rss:+, peak RSS ${rss} MB}"
 }
 
-# tdist_run MODEL WORLD [--bucket-view | --manual | --backend tcp]
+# tdist_run MODEL WORLD [--bucket-view | --manual | --backend tcp | --overlap during]
 tdist_run() {
   local model=$1 world=$2 variant=tdist
   shift 2
@@ -76,6 +83,7 @@ tdist_run() {
     --bucket-view) variant=tdist-view ;;
     --manual) variant=tdist-manual ;;
     "--backend tcp") variant=tdist-tcp ;;
+    "--overlap during") variant=tdist-during ;;
   esac
   if ((world == 1)); then
     run "$variant" "$model" 1 "$bench" --model "$model" --steps "$steps" "$@"
@@ -83,6 +91,24 @@ tdist_run() {
     run "$variant" "$model" "$world" "$tdistrun" --standalone --nproc-per-node "$world" \
       "$bench" --model "$model" --steps "$steps" "$@"
   fi
+}
+
+# interleaved MODEL: ddp_bench --interleave under tdistrun; appends
+# "interleaved-VARIANT MODEL vs_plain" to $results/interleaved.
+interleaved() {
+  local model=$1 out
+  if ! out=$(timeout 600 "$tdistrun" --standalone --nproc-per-node 2 "$bench" --model "$model" \
+    --interleave 4 2>&1); then
+    echo "bench_ddp: failed: ddp_bench --model $model --interleave 4" >&2
+    echo "$out" >&2
+    exit 1
+  fi
+  grep '^tdist-ddp-interleaved' <<<"$out" |
+    sed -n 's/.*variant=\([a-z-]*\).*median_step_ms=\([0-9.]*\) vs_plain=\([0-9.]*\).*/\1 \2 \3/p' |
+    while read -r variant step ratio; do
+      echo "$variant $model $step $ratio" >>"$tmp/interleaved"
+      echo "  interleaved $model $variant: median step ${step} ms, ${ratio} x no communication"
+    done
 }
 
 # pair MODEL: two plain world-1 processes at once, no communication at all: the ceiling of
@@ -124,7 +150,9 @@ for ((r = 1; r <= rounds; ++r)); do
     tdist_run "$model" 2 --backend tcp
     pair "$model"
     tdist_run "$model" 2 --bucket-view
+    tdist_run "$model" 2 --overlap during
     if [[ $model == mlp ]]; then tdist_run "$model" 2 --manual; fi
+    interleaved "$model"
   done
   tdist_run fashion 1
   tdist_run fashion 2
@@ -136,17 +164,18 @@ echo
 echo "== medians of $rounds rounds, $steps timed steps each, OMP_NUM_THREADS=1," \
   "$(getconf _NPROCESSORS_ONLN) CPUs, load average at start: $load_start, at end:" \
   "$(cut -d' ' -f1-3 /proc/loadavg)"
-"$python" - "$results" <<'EOF'
+"$python" - "$results" "$tmp/interleaved" <<'EOF'
 import statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
     variant, model, world, step, rate, rss = line.split()
     rows.setdefault((variant, model, int(world)), []).append((float(step), float(rate), rss))
 names = {"tdist": "tdist DDP (auto)", "tdist-tcp": "tdist DDP (tcp)",
-         "tdist-view": "tdist DDP, bucket view", "tdist-manual": "tdist, no DDP, all_reduce",
-         "torch": "PyTorch DDP (gloo)", "ceiling": "2 processes, no comm"}
+         "tdist-view": "tdist DDP, bucket view", "tdist-during": "tdist DDP, overlap during",
+         "tdist-manual": "tdist, no DDP, all_reduce", "torch": "PyTorch DDP (gloo)",
+         "ceiling": "2 processes, no comm"}
 print(f"{'model':8} {'implementation':26} {'world':>5} {'step ms':>8} {'samples/s':>10} "
-      f"{'scaling':>8} {'peak RSS MB':>12}")
+      f"{'scaling':>8} {'vs torch':>8} {'peak RSS MB':>12}")
 for (variant, model, world), runs in rows.items():
     step = statistics.median(r[0] for r in runs)
     rate = statistics.median(r[1] for r in runs)
@@ -156,7 +185,21 @@ for (variant, model, world), runs in rows.items():
     scaling = ""
     if world > 1 and base:
         scaling = f"{100 * rate / (world * statistics.median(r[1] for r in base)):.0f}%"
+    torch = rows.get(("torch", model, world))
+    versus = ""
+    if world > 1 and torch and variant not in ("torch", "ceiling"):
+        versus = f"{rate / statistics.median(r[1] for r in torch):.2f}"
     rss_text = f"{statistics.median(rss):.0f}" if rss else "-"
     print(f"{model:8} {names[variant]:26} {world:>5} {step:>8.1f} {rate:>10.0f} {scaling:>8} "
-          f"{rss_text:>12}")
+          f"{versus:>8} {rss_text:>12}")
+inter = {}
+for line in open(sys.argv[2]):
+    variant, model, step, ratio = line.split()
+    inter.setdefault((model, variant), []).append((float(step), float(ratio)))
+print()
+print("interleaved in one job (ddp_bench --interleave 4), world 2, medians over rounds:")
+print(f"{'model':8} {'variant':12} {'step ms':>8} {'x no comm':>10}")
+for (model, variant), runs in inter.items():
+    print(f"{model:8} {variant:12} {statistics.median(r[0] for r in runs):>8.1f} "
+          f"{statistics.median(r[1] for r in runs):>10.3f}")
 EOF

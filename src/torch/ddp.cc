@@ -86,6 +86,8 @@ std::vector<std::vector<std::string>> DistributedDataParallelBase::bucket_assign
 
 bool DistributedDataParallelBase::buckets_rebuilt() const { return reducer_->buckets_rebuilt(); }
 
+CommOverlap DistributedDataParallelBase::comm_overlap() const { return reducer_->comm_overlap(); }
+
 void DistributedDataParallelBase::pre_forward() {
   try {
     if (c10::GradMode::is_enabled()) reducer_->prepare_for_forward();

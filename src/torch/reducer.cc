@@ -1,5 +1,7 @@
 #include "reducer.h"
 
+#include <ATen/Parallel.h>
+
 // Internal LibTorch headers, unavoidable: the public C++ API has no hook that runs after a
 // parameter's gradient was accumulated (impl::grad_accumulator + Node::add_post_hook,
 // through compat.h, which also hides how the versions hold a node) and no way to run code
@@ -7,38 +9,24 @@
 // same in 1.13 and 2.x). PyTorch's own Reducer uses the same three.
 #include <torch/csrc/autograd/engine.h>
 
-#include <chrono>
+#include <algorithm>
 #include <exception>
 #include <utility>
 
 #include "tdist/error.h"
 #include "tdist/logging.h"
 #include "tdist/torch/types.h"
+#include "transport/polling.h"
 
 namespace tdist::torch {
 namespace {
 
-constexpr auto kWaitWarningInterval = std::chrono::seconds(60);
-
-// Waits for `work`, logging a warning for each interval it takes: a rank whose peers
-// stopped running backward passes waits here until the group's timeout.
-void wait_with_warnings(Work& work, const ProcessGroup& group, uint64_t pass) {
-  const auto start = Clock::now();
-  for (;;) {
-    try {
-      work.wait(Deadline::after(kWaitWarningInterval));
-      return;
-    } catch (const TimeoutError&) {
-      if (work.is_completed()) throw;  // the operation's own timeout, not this wait's
-    }
-    TDIST_LOG(kWarn)
-        << "DDP: rank " << group.rank() << " has waited "
-        << std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - start).count()
-        << " s for the other ranks to join synchronized backward pass " << pass
-        << "; if the ranks ran different numbers of backward passes, it waits "
-           "until the group's timeout ("
-        << std::chrono::duration_cast<std::chrono::seconds>(group.timeout()).count() << " s)";
-  }
+// CommOverlap::kAuto: overlap only where a core is free for the communication.
+bool launch_during_backward(CommOverlap overlap) {
+  if (overlap != CommOverlap::kAuto) return overlap == CommOverlap::kDuringBackward;
+  const int local_ranks = std::max(1, transport::launcher_local_ranks());
+  const int threads = std::max(1, at::get_num_threads());
+  return transport::usable_cores() >= local_ranks * (threads + 1);
 }
 
 std::string message_of(std::exception_ptr error) {
@@ -74,6 +62,7 @@ Reducer::Reducer(std::vector<NamedTensor> params, std::shared_ptr<ProcessGroup> 
     : group_(std::move(group)),
       options_(options),
       handle_unused_(options.find_unused_parameters || options.static_graph),
+      during_backward_(launch_during_backward(options.overlap)),
       hook_(allreduce_hook()) {
   params_.reserve(params.size());
   for (NamedTensor& p : params) {
@@ -109,6 +98,7 @@ void Reducer::prepare_for_forward() {
   std::lock_guard<std::mutex> lock(mu_);
   if (phase_ == Phase::kReducing) {
     std::exception_ptr error = wait_for_launched();
+    detach_in_place();
     phase_ = Phase::kIdle;
     TDIST_THROW(Error, "DDP: synchronized backward pass ", synced_passes_,
                 " did not finish: it failed before every gradient was reduced, so this rank's "
@@ -183,15 +173,29 @@ void Reducer::start_reduction() {
   ++backward_passes_;
   ++synced_passes_;
   ::torch::autograd::Engine::get_default_engine().queue_callback([this] { finalize_backward(); });
-  // Issued before any bucket, so it pairs with the same collective on every rank.
   const auto passes = static_cast<int64_t>(backward_passes_);
   control_.assign(2 + (handle_unused_ ? params_.size() : 0), 1);
   control_[0] = passes;
   control_[1] = -passes;
   for (size_t u : unused_) control_[2 + u] = params_[u].tensor.grad().defined() ? 1 : 0;
+  if (during_backward_) launch_control();
+  for (size_t u : unused_) mark_ready(u);
+}
+
+void Reducer::launch_control() {
+  // Issued before any bucket, so it pairs with the same collective on every rank.
   control_work_ =
       group_->all_reduce(control_.data(), control_.size(), DType::kI64, ReduceOpKind::kMax);
-  for (size_t u : unused_) mark_ready(u);
+}
+
+void Reducer::launch_full_buckets() {
+  // In index order only, so that every rank issues the same sequence.
+  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
+    Bucket& next = buckets_[next_bucket_++];
+    next.work = hook_->run(*group_, next.grad);
+    TDIST_CHECK(next.work != nullptr, Error, "DDP: the comm hook returned no Work for bucket ",
+                next.grad.index);
+  }
 }
 
 void Reducer::mark_ready(size_t index) {
@@ -205,29 +209,55 @@ void Reducer::mark_ready(size_t index) {
   if (synced_passes_ == 1 && !rebuilt_) ready_order_.push_back(index);
   Bucket& bucket = buckets_[param.bucket];
   copy_grad_to_bucket(param, bucket);
-  if (--bucket.pending > 0) return;
-  // Launch in index order only, so that every rank issues the same sequence.
-  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
-    Bucket& next = buckets_[next_bucket_++];
-    next.work = hook_->run(*group_, next.grad);
-    TDIST_CHECK(next.work != nullptr, Error, "DDP: the comm hook returned no Work for bucket ",
-                next.grad.index);
-  }
+  if (--bucket.pending == 0 && during_backward_) launch_full_buckets();
 }
 
 void Reducer::copy_grad_to_bucket(const Param& param, Bucket& bucket) {
-  ::torch::Tensor& view = bucket.grad.gradients[param.slot];
   ::torch::Tensor& grad = param.tensor.mutable_grad();
+  TDIST_CHECK(!grad.defined() || (grad.layout() == ::torch::kStrided && grad.device().is_cpu()),
+              InvalidArgument, "DDP: parameter '", param.name,
+              "' got a sparse or non-CPU gradient; DDP reduces dense CPU gradients");
+  if (bucket.in_place) {
+    attach_in_place(param, bucket);
+    return;
+  }
+  ::torch::Tensor& view = bucket.grad.gradients[param.slot];
   if (!grad.defined()) {
     view.zero_();
     return;
   }
-  TDIST_CHECK(grad.layout() == ::torch::kStrided && grad.device().is_cpu(), InvalidArgument,
-              "DDP: parameter '", param.name,
-              "' got a sparse or non-CPU gradient; DDP reduces dense CPU gradients");
   if (grad.data_ptr() == view.data_ptr()) return;  // already its slice of the bucket
   view.copy_(grad);
   if (options_.gradient_as_bucket_view) grad = view;
+}
+
+void Reducer::attach_in_place(const Param& param, Bucket& bucket) {
+  GradBucket& g = bucket.grad;
+  const ::torch::Tensor& grad = param.tensor.grad();
+  if (grad.defined() && grad.is_contiguous()) {
+    g.gradients[0] = grad;
+    g.buffer = grad.view({-1});
+    return;
+  }
+  if (!bucket.staging.defined()) {
+    bucket.staging = ::torch::empty({param.tensor.numel()},
+                                    ::torch::TensorOptions().dtype(param.tensor.scalar_type()));
+  }
+  g.buffer = bucket.staging;
+  g.gradients[0] = bucket.staging.view(param.tensor.sizes());
+  if (grad.defined()) {
+    g.gradients[0].copy_(grad);
+  } else {
+    g.buffer.zero_();
+  }
+}
+
+void Reducer::detach_in_place() {
+  for (Bucket& b : buckets_) {
+    if (!b.in_place) continue;
+    b.grad.buffer = ::torch::Tensor();
+    b.grad.gradients[0] = ::torch::Tensor();
+  }
 }
 
 void Reducer::finalize_backward() {
@@ -236,6 +266,11 @@ void Reducer::finalize_backward() {
   std::vector<size_t> missing;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!ready_[i]) missing.push_back(i);
+  }
+  if (!during_backward_) {
+    // A hook that throws fails this backward; the next forward waits for what it launched.
+    launch_control();
+    launch_full_buckets();
   }
   std::exception_ptr error = wait_for_launched();
   phase_ = Phase::kIdle;
@@ -267,6 +302,7 @@ void Reducer::finalize_backward() {
               "batches and accumulation steps)");
   for (Bucket& b : buckets_) hook_->finish(*group_, b.grad);
   write_gradients();
+  detach_in_place();
   if (synced_passes_ == 1 && !rebuilt_ &&
       (!options_.find_unused_parameters || options_.static_graph)) {
     rebuild_due_ = true;
@@ -278,7 +314,11 @@ std::exception_ptr Reducer::wait_for_launched() {
   auto wait = [&](const WorkPtr& work) {
     if (work == nullptr) return;
     try {
-      wait_with_warnings(*work, *group_, synced_passes_);
+      // No deadline of its own: a thread that waits on an operation of a built-in group
+      // that has not started runs it itself (no hand-off to the group's worker thread, and
+      // its waits may poll). The operation's own timeout (the group's) ends the wait for
+      // ranks that never join.
+      work->wait();
     } catch (...) {
       if (first == nullptr) first = std::current_exception();
     }
@@ -292,10 +332,16 @@ void Reducer::write_gradients() {
   for (size_t i = 0; i < params_.size(); ++i) {
     if (globally_unused(i)) continue;  // no rank has a gradient: leave grad untouched
     const Param& p = params_[i];
-    const ::torch::Tensor& view = buckets_[p.bucket].grad.gradients[p.slot];
+    Bucket& bucket = buckets_[p.bucket];
+    const ::torch::Tensor& view = bucket.grad.gradients[p.slot];
     ::torch::Tensor& grad = p.tensor.mutable_grad();
     if (!grad.defined()) {
-      grad = options_.gradient_as_bucket_view ? view : view.clone();
+      if (bucket.in_place) {
+        grad = view;  // the staging tensor becomes the gradient: the next pass makes another
+        bucket.staging = ::torch::Tensor();
+      } else {
+        grad = options_.gradient_as_bucket_view ? view : view.clone();
+      }
     } else if (grad.data_ptr() != view.data_ptr()) {
       grad.copy_(view);
     }

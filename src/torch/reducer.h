@@ -1,15 +1,18 @@
 // Reducer: the gradient reduction behind DistributedDataParallel (internal; ddp.h states
 // what users see), after PyTorch's c10d Reducer.
 //
-// Parameters are grouped into buckets (flat tensors of one dtype). An autograd post hook
-// on each parameter's gradient accumulator copies the fresh gradient into its bucket (or,
-// with gradient_as_bucket_view, makes param.grad() that slice of the bucket) and, once a
-// bucket is full, launches it through the comm hook. Buckets launch in index order on
-// every rank (a full bucket waits for the ones before it), so every rank issues the same
-// collectives in the same order. The first hook of a pass queues a final autograd
-// callback: the end of backward waits for every bucket, checks the control vector
-// (backward-pass counts, used parameters), lets the hook finish and writes the averaged
-// gradients.
+// Parameters are grouped into buckets (flat tensors of one dtype; a bucket of one
+// parameter is that parameter's gradient itself, attached at each pass). An autograd post
+// hook on each parameter's gradient accumulator copies the fresh gradient into its shared
+// bucket (or, with gradient_as_bucket_view, makes param.grad() that slice of the bucket)
+// and, once a bucket is full, launches it through the comm hook - or, when communication
+// is not to overlap backward, leaves every launch to the end of backward. Buckets launch
+// in index order on every rank (a full bucket waits for the ones before it), so every rank
+// issues the same collectives in the same order. The first hook of a pass queues a final
+// autograd callback: the end of backward launches what is left, waits for every bucket
+// (a waiting thread runs the queued operations of the built-in groups itself), checks the
+// control vector (backward-pass counts, used parameters), lets the hook finish and writes
+// the averaged gradients.
 //
 // Phases: idle (hooks ignored) -> armed by a synchronized forward -> reducing from the
 // first hook to the final callback -> idle; a forward under no_sync arms a local pass
@@ -37,13 +40,19 @@
 
 namespace tdist::torch {
 
-// Groups params[order[0]], params[order[1]], ... into buckets: one open bucket per dtype,
-// closed once it holds >= its limit (first_bytes for a dtype's first bucket, cap_bytes
-// after). Returns the buckets (indices into params) sorted by the position in `order` of
-// their first member.
+// Gradients of at least this size get a bucket of their own, reduced in place: copying
+// them into a bucket and back costs more than the extra collective.
+constexpr size_t kOwnBucketBytes = size_t{256} << 10;
+
+// Groups params[order[0]], params[order[1]], ... into buckets: a tensor of at least
+// own_bytes alone, the others in one open bucket per dtype, closed once it holds >= its
+// limit (first_bytes for a dtype's first bucket, cap_bytes after). Returns the buckets
+// (indices into params) sorted by the position in `order` of their last member: the order
+// in which they fill up.
 std::vector<std::vector<size_t>> assign_buckets(const std::vector<size_t>& order,
                                                 const std::vector<::torch::Tensor>& params,
-                                                size_t first_bytes, size_t cap_bytes);
+                                                size_t first_bytes, size_t cap_bytes,
+                                                size_t own_bytes);
 
 class Reducer {
  public:
@@ -67,6 +76,9 @@ class Reducer {
   void set_comm_hook(std::shared_ptr<CommHook> hook);
   std::vector<std::vector<std::string>> bucket_assignment() const;
   bool buckets_rebuilt() const;
+  CommOverlap comm_overlap() const {
+    return during_backward_ ? CommOverlap::kDuringBackward : CommOverlap::kAfterBackward;
+  }
 
  private:
   class GradHook;
@@ -81,6 +93,10 @@ class Reducer {
   };
   struct Bucket {
     std::vector<size_t> params;
+    // One parameter: grad.buffer is its gradient itself during a pass (no copies), or
+    // `staging` when that cannot be (no gradient on this rank, or a non-contiguous one).
+    bool in_place = false;
+    ::torch::Tensor staging;
     GradBucket grad;
     size_t pending = 0;  // parameters not ready yet in this pass
     WorkPtr work;        // of the pass in progress, once launched
@@ -90,7 +106,15 @@ class Reducer {
   // The rest run with mu_ held.
   void start_reduction();
   void mark_ready(size_t index);
+  // Issues the control vector's all_reduce (before any bucket of the pass).
+  void launch_control();
+  // Launches the full buckets from next_bucket_ on, in index order, up to the first that
+  // is not full.
+  void launch_full_buckets();
   void copy_grad_to_bucket(const Param& param, Bucket& bucket);
+  void attach_in_place(const Param& param, Bucket& bucket);
+  // Drops the in-place buckets' references to this pass's gradients.
+  void detach_in_place();
   void finalize_backward();
   // Waits for the control vector and every launched bucket; returns the first error.
   std::exception_ptr wait_for_launched();
@@ -103,7 +127,8 @@ class Reducer {
 
   const std::shared_ptr<ProcessGroup> group_;
   const DDPOptions options_;
-  const bool handle_unused_;  // find_unused_parameters or static_graph
+  const bool handle_unused_;    // find_unused_parameters or static_graph
+  const bool during_backward_;  // options_.overlap resolved: launch buckets from the hooks
   std::vector<Param> params_;
   std::shared_ptr<CommHook> hook_;
   bool custom_hook_ = false;

@@ -15,7 +15,8 @@ size_t megabytes_to_bytes(double mb) { return static_cast<size_t>(mb * 1024 * 10
 
 std::vector<std::vector<size_t>> assign_buckets(const std::vector<size_t>& order,
                                                 const std::vector<::torch::Tensor>& params,
-                                                size_t first_bytes, size_t cap_bytes) {
+                                                size_t first_bytes, size_t cap_bytes,
+                                                size_t own_bytes) {
   struct Open {
     std::vector<size_t> members;
     size_t bytes = 0;
@@ -25,9 +26,14 @@ std::vector<std::vector<size_t>> assign_buckets(const std::vector<size_t>& order
   std::vector<std::vector<size_t>> buckets;
   for (size_t i : order) {
     const ::torch::Tensor& t = params[i];
+    const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
+    if (bytes >= own_bytes) {
+      buckets.push_back({i});
+      continue;
+    }
     Open& o = open[t.scalar_type()];
     o.members.push_back(i);
-    o.bytes += static_cast<size_t>(t.numel()) * t.element_size();
+    o.bytes += bytes;
     if (o.bytes >= (o.first ? first_bytes : cap_bytes)) {
       buckets.push_back(std::move(o.members));
       o.members.clear();
@@ -40,9 +46,9 @@ std::vector<std::vector<size_t>> assign_buckets(const std::vector<size_t>& order
   }
   std::vector<size_t> position(params.size());
   for (size_t k = 0; k < order.size(); ++k) position[order[k]] = k;
-  std::sort(buckets.begin(), buckets.end(), [&](const auto& a, const auto& b) {
-    return position[a.front()] < position[b.front()];
-  });
+  // In the order they fill up: a bucket can launch once its last member is ready.
+  std::sort(buckets.begin(), buckets.end(),
+            [&](const auto& a, const auto& b) { return position[a.back()] < position[b.back()]; });
   return buckets;
 }
 
@@ -51,7 +57,7 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
   for (const Param& p : params_) tensors.push_back(p.tensor);
   std::vector<std::vector<size_t>> groups =
       assign_buckets(order, tensors, megabytes_to_bytes(options_.first_bucket_mb),
-                     megabytes_to_bytes(options_.bucket_cap_mb));
+                     megabytes_to_bytes(options_.bucket_cap_mb), kOwnBucketBytes);
   ::torch::NoGradGuard no_grad;
   std::vector<Bucket> fresh(groups.size());
   for (size_t b = 0; b < groups.size(); ++b) {
@@ -61,6 +67,20 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
     for (size_t i : bucket.params) total += params_[i].tensor.numel();
     bucket.grad.index = b;
     bucket.grad.is_last = b + 1 == groups.size();
+    if (bucket.params.size() == 1) {
+      // Reduced in the gradient itself, no buffer of its own (attach_in_place, each pass).
+      Param& p = params_[bucket.params[0]];
+      bucket.in_place = true;
+      bucket.grad.gradients.emplace_back();
+      bucket.grad.parameters.push_back(p.tensor);
+      // A view into a bucket this rebuild drops would keep all of it alive.
+      ::torch::Tensor& grad = p.tensor.mutable_grad();
+      if (options_.gradient_as_bucket_view && grad.defined()) grad = grad.clone();
+      p.bucket = b;
+      p.slot = 0;
+      bucket.pending = 1;
+      continue;
+    }
     bucket.grad.buffer = ::torch::zeros(
         {total}, ::torch::TensorOptions().dtype(params_[bucket.params[0]].tensor.scalar_type()));
     int64_t offset = 0;

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -32,6 +33,7 @@ constexpr int64_t kOut = 4;
 constexpr double kLr = 0.1;
 
 struct NetOptions {
+  int64_t hidden = kHidden;
   bool extra = false;             // a branch forward uses when given a mask
   bool never = false;             // a layer forward never uses
   bool reverse_register = false;  // register fc2 before fc1 (gradient order = registration)
@@ -40,11 +42,11 @@ struct NetOptions {
 struct TestNet : ::torch::nn::Module {
   explicit TestNet(const NetOptions& o) {
     if (o.reverse_register) {
-      fc2 = register_module("fc2", ::torch::nn::Linear(kHidden, kOut));
-      fc1 = register_module("fc1", ::torch::nn::Linear(kIn, kHidden));
+      fc2 = register_module("fc2", ::torch::nn::Linear(o.hidden, kOut));
+      fc1 = register_module("fc1", ::torch::nn::Linear(kIn, o.hidden));
     } else {
-      fc1 = register_module("fc1", ::torch::nn::Linear(kIn, kHidden));
-      fc2 = register_module("fc2", ::torch::nn::Linear(kHidden, kOut));
+      fc1 = register_module("fc1", ::torch::nn::Linear(kIn, o.hidden));
+      fc2 = register_module("fc2", ::torch::nn::Linear(o.hidden, kOut));
     }
     if (o.extra) extra = register_module("extra", ::torch::nn::Linear(kIn, kOut));
     if (o.never) never = register_module("never", ::torch::nn::Linear(kIn, kOut));
@@ -69,6 +71,7 @@ struct Scenario {
   DDPOptions ddp;
   std::function<std::shared_ptr<CommHook>()> hook;
   std::function<bool(int rank)> uses_extra = [](int) { return false; };
+  std::function<void(int rank, Ddp&)> before_backward = [](int, Ddp&) {};  // after zero_grad
   std::function<void(int rank, Ddp&)> after_step = [](int, Ddp&) {};
 };
 
@@ -161,6 +164,7 @@ Result train(const Scenario& s) {
     ::torch::optim::SGD opt(models[ru]->parameters(), kLr);
     for (int step = 0; step < s.steps; ++step) {
       opt.zero_grad();
+      s.before_backward(r, ddp);
       for (int k = 0; k < s.micro; ++k) {
         auto pass = [&] {
           Tensor out = ddp.forward(xs[step][k].narrow(0, r * s.batch, s.batch), my_mask);
@@ -195,17 +199,32 @@ void expect_matches_reference(const Result& res, double tolerance = 1e-5) {
   EXPECT_GT(max_relative_error(res.initial, res.reference), 1e-3);
 }
 
-class DdpTest : public ::testing::Test {
+// Every case runs with the buckets launched during backward and after it.
+class DdpTest : public ::testing::TestWithParam<CommOverlap> {
  protected:
   void SetUp() override { ::torch::set_num_threads(1); }
+  Scenario base() const {
+    Scenario s;
+    s.ddp.overlap = GetParam();
+    return s;
+  }
 };
 
-TEST_F(DdpTest, MatchesOneProcessWithTheUnionOfTheBatches) {
-  expect_matches_reference(train(Scenario{}));
+std::string overlap_name(const ::testing::TestParamInfo<CommOverlap>& param) {
+  return param.param == CommOverlap::kDuringBackward ? "DuringBackward" : "AfterBackward";
 }
 
-TEST_F(DdpTest, MatchesWithManySmallBuckets) {
-  Scenario s;
+INSTANTIATE_TEST_SUITE_P(Overlap, DdpTest,
+                         ::testing::Values(CommOverlap::kDuringBackward,
+                                           CommOverlap::kAfterBackward),
+                         overlap_name);
+
+TEST_P(DdpTest, MatchesOneProcessWithTheUnionOfTheBatches) {
+  expect_matches_reference(train(base()));
+}
+
+TEST_P(DdpTest, MatchesWithManySmallBuckets) {
+  Scenario s = base();
   s.ddp.first_bucket_mb = 1e-4;  // ~100 bytes: most tensors get a bucket of their own
   s.ddp.bucket_cap_mb = 2e-4;
   Result res = train(s);
@@ -213,14 +232,14 @@ TEST_F(DdpTest, MatchesWithManySmallBuckets) {
   EXPECT_GE(res.buckets_before[0].size(), 2u);
 }
 
-TEST_F(DdpTest, NoSyncAccumulatesMicroBatches) {
-  Scenario s;
+TEST_P(DdpTest, NoSyncAccumulatesMicroBatches) {
+  Scenario s = base();
   s.micro = 2;
   expect_matches_reference(train(s));
 }
 
-TEST_F(DdpTest, GradientAsBucketViewGivesIdenticalResults) {
-  Scenario s;
+TEST_P(DdpTest, GradientAsBucketViewGivesIdenticalResults) {
+  Scenario s = base();
   Result plain = train(s);
   s.ddp.gradient_as_bucket_view = true;
   std::atomic<bool> all_views{true};  // written by both rank threads
@@ -250,8 +269,8 @@ TEST_F(DdpTest, GradientAsBucketViewGivesIdenticalResults) {
   }
 }
 
-TEST_F(DdpTest, BucketsAreRebuiltInGradientOrder) {
-  Scenario s;
+TEST_P(DdpTest, BucketsAreRebuiltInGradientOrder) {
+  Scenario s = base();
   s.net.reverse_register = true;  // initial buckets (reverse registration) start with fc1
   s.ddp.first_bucket_mb = 1e-4;
   s.ddp.bucket_cap_mb = 2e-4;
@@ -270,24 +289,169 @@ TEST_F(DdpTest, BucketsAreRebuiltInGradientOrder) {
   }
 }
 
-TEST_F(DdpTest, FindUnusedParametersHandlesParametersUnusedOnSomeOrAllRanks) {
-  Scenario s;
-  s.net.extra = true;
-  s.net.never = true;
-  s.ddp.find_unused_parameters = true;
-  s.uses_extra = [](int rank) { return rank == 0; };  // extra: used on rank 0 only
-  Result res = train(s);
-  expect_matches_reference(res);
-  // 'never' got no gradient anywhere: its grad stays undefined, as in the reference.
-  for (size_t r = 0; r < res.ranks.size(); ++r) {
-    std::vector<bool> expected = {true, true, true, true, true, true, false, false};
-    EXPECT_EQ(res.grad_defined[r], expected) << "rank " << r;
-    EXPECT_FALSE(res.rebuilt[r]);  // the gradient order may change between iterations
+TEST_P(DdpTest, FindUnusedParametersHandlesParametersUnusedOnSomeOrAllRanks) {
+  // Shared buckets, then buckets of one parameter (reduced in place, or in a staging
+  // tensor where this rank has no gradient).
+  for (double first_mb : {1.0, 1e-4}) {
+    Scenario s = base();
+    s.net.extra = true;
+    s.net.never = true;
+    s.ddp.find_unused_parameters = true;
+    s.ddp.first_bucket_mb = first_mb;
+    s.ddp.bucket_cap_mb = 2 * first_mb;
+    s.uses_extra = [](int rank) { return rank == 0; };  // extra: used on rank 0 only
+    Result res = train(s);
+    expect_matches_reference(res);
+    // 'never' got no gradient anywhere: its grad stays undefined, as in the reference.
+    for (size_t r = 0; r < res.ranks.size(); ++r) {
+      std::vector<bool> expected = {true, true, true, true, true, true, false, false};
+      EXPECT_EQ(res.grad_defined[r], expected) << "rank " << r;
+      EXPECT_FALSE(res.rebuilt[r]);  // the gradient order may change between iterations
+    }
   }
 }
 
-TEST_F(DdpTest, StaticGraphSearchesOnceAndRebuilds) {
-  Scenario s;
+// A comm hook that all_reduces as the default one and records, at each launch, whether the
+// bucket's buffer is its one parameter's gradient itself and whether fc1.weight (the last
+// gradient backward computes) already has its gradient.
+struct ProbeHook : CommHook {
+  explicit ProbeHook(std::shared_ptr<TestNet> n) : net(std::move(n)) {}
+  WorkPtr run(ProcessGroup& group, const GradBucket& bucket) override {
+    const Tensor& own = bucket.parameters[0].grad();
+    in_place.push_back(bucket.parameters.size() == 1 && own.defined() &&
+                       own.data_ptr() == bucket.buffer.data_ptr());
+    const Tensor& last = net->fc1->weight.grad();
+    fc1_ready.push_back(last.defined() && last.abs().sum().item<double>() > 0);
+    return plain->run(group, bucket);
+  }
+  std::shared_ptr<TestNet> net;
+  std::shared_ptr<CommHook> plain = allreduce_hook();
+  std::vector<bool> in_place, fc1_ready;
+};
+
+// One synchronized step of TestNet on each of 2 ranks with `options`; the probe of rank 0.
+std::shared_ptr<ProbeHook> probe_one_step(DDPOptions options, const NetOptions& net = {}) {
+  std::vector<std::shared_ptr<ProbeHook>> probes(2);
+  ThreadWorld world(2);
+  world.run([&](int r, ProcessGroup&) {
+    auto model = std::make_shared<TestNet>(net);
+    DDPOptions o = options;
+    o.process_group = world.shared(r);
+    Ddp ddp(model, o);
+    auto probe = std::make_shared<ProbeHook>(model);
+    ddp.register_comm_hook(probe);
+    ddp.forward(::torch::randn({3, kIn}), Tensor()).sum().backward();
+    probes[static_cast<size_t>(r)] = probe;
+  });
+  return probes[0];
+}
+
+TEST_P(DdpTest, OverlapDecidesWhenBucketsStart) {
+  // Buckets [fc2.bias, fc2.weight] then [fc1.bias, fc1.weight]: during backward the first
+  // starts before fc1 has its gradients, after backward only once every gradient is there.
+  DDPOptions options;
+  options.overlap = GetParam();
+  options.first_bucket_mb = 1e-4;
+  options.bucket_cap_mb = 1e-4;
+  const bool during = GetParam() == CommOverlap::kDuringBackward;
+  EXPECT_EQ(probe_one_step(options)->fc1_ready, (std::vector<bool>{!during, true}));
+}
+
+TEST(DdpAutoOverlapTest, WithoutACoreToSpareBucketsStartAfterBackward) {
+  ::torch::set_num_threads(1);
+  const char* previous = std::getenv("LOCAL_WORLD_SIZE");
+  const std::string saved = previous != nullptr ? previous : "";
+  ::setenv("LOCAL_WORLD_SIZE", "100000", 1);  // more local ranks than any host has cores
+  DDPOptions options;                         // overlap kAuto
+  options.first_bucket_mb = 1e-4;
+  options.bucket_cap_mb = 1e-4;
+  std::vector<bool> ready = probe_one_step(options)->fc1_ready;
+  if (previous != nullptr) {
+    ::setenv("LOCAL_WORLD_SIZE", saved.c_str(), 1);
+  } else {
+    ::unsetenv("LOCAL_WORLD_SIZE");
+  }
+  EXPECT_EQ(ready, (std::vector<bool>{true, true}));
+}
+
+TEST_P(DdpTest, LargeGradientsAreReducedInPlace) {
+  // fc1.weight (512 KiB) and fc2.weight (256 KiB) get buckets of their own, launched in
+  // the order they fill up; the small biases share one.
+  DDPOptions options;
+  options.overlap = GetParam();
+  NetOptions wide;
+  wide.hidden = 16384;
+  EXPECT_EQ(probe_one_step(options, wide)->in_place, (std::vector<bool>{true, false, true}));
+  Scenario s = base();
+  s.net = wide;
+  s.steps = 2;
+  Result res = train(s);
+  expect_matches_reference(res);
+  using Names = std::vector<std::string>;
+  EXPECT_EQ(res.buckets_before[0],
+            (std::vector<Names>{{"fc2.weight"}, {"fc2.bias", "fc1.bias"}, {"fc1.weight"}}));
+}
+
+TEST_P(DdpTest, GradientsStayTheUsersOwnTensors) {
+  // Without gradient_as_bucket_view no gradient shares memory with another or with DDP: a
+  // gradient the user keeps after setting grads to none is never written again.
+  Scenario s = base();
+  s.net.hidden = 16384;  // fc1.weight and fc2.weight are reduced in place
+  s.net.extra = true;    // and 'extra' too (buckets of one), on rank 0 only
+  s.ddp.find_unused_parameters = true;
+  s.uses_extra = [](int rank) { return rank == 0; };
+  s.ddp.first_bucket_mb = 1e-4;
+  s.ddp.bucket_cap_mb = 1e-4;
+  std::vector<std::vector<Tensor>> kept(2), copies(2);
+  std::atomic<bool> shared{false};
+  s.after_step = [&](int r, Ddp& ddp) {
+    const auto ru = static_cast<size_t>(r);
+    std::vector<Tensor> params = ddp.module()->parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+      for (size_t j = 0; j < i; ++j) {
+        if (params[i].grad().defined() && params[j].grad().defined() &&
+            params[i].grad().is_alias_of(params[j].grad())) {
+          shared = true;
+        }
+      }
+      if (kept[ru].size() < params.size()) {  // the first step's gradients
+        kept[ru].push_back(params[i].grad());
+        copies[ru].push_back(params[i].grad().defined() ? params[i].grad().clone() : Tensor());
+      }
+    }
+    for (Tensor& p : params) p.mutable_grad().reset();  // zero_grad(set_to_none)
+  };
+  expect_matches_reference(train(s));
+  EXPECT_FALSE(shared);
+  for (size_t r = 0; r < 2; ++r) {
+    for (size_t i = 0; i < kept[r].size(); ++i) {
+      if (!kept[r][i].defined()) continue;
+      EXPECT_TRUE(::torch::equal(kept[r][i], copies[r][i])) << "rank " << r << " param " << i;
+    }
+  }
+}
+
+TEST_P(DdpTest, NonContiguousGradientsAreReducedThroughAStagingTensor) {
+  // Gradients accumulate into whatever tensor param.grad() holds: here a column-major one.
+  for (double first_mb : {1.0, 1e-4}) {
+    Scenario s = base();
+    s.ddp.first_bucket_mb = first_mb;
+    s.ddp.bucket_cap_mb = first_mb;
+    std::atomic<bool> strided{true};
+    s.before_backward = [&](int, Ddp& ddp) {
+      Tensor& g = ddp.module()->fc1->weight.mutable_grad();
+      g = ::torch::empty_strided({kHidden, kIn}, {1, kHidden}).zero_();  // column-major
+    };
+    s.after_step = [&](int, Ddp& ddp) {
+      if (ddp.module()->fc1->weight.grad().is_contiguous()) strided = false;
+    };
+    expect_matches_reference(train(s));
+    EXPECT_TRUE(strided);  // the gradient kept its layout
+  }
+}
+
+TEST_P(DdpTest, StaticGraphSearchesOnceAndRebuilds) {
+  Scenario s = base();
   s.net.extra = true;
   s.net.never = true;
   s.ddp.static_graph = true;
@@ -297,10 +461,10 @@ TEST_F(DdpTest, StaticGraphSearchesOnceAndRebuilds) {
   for (size_t r = 0; r < res.ranks.size(); ++r) EXPECT_TRUE(res.rebuilt[r]);
 }
 
-TEST_F(DdpTest, Fp16AndBf16HooksStayWithinTheirPrecision) {
+TEST_P(DdpTest, Fp16AndBf16HooksStayWithinTheirPrecision) {
   // The change of the parameters over 5 steps, compared with full precision: float16
   // keeps 11 significant bits (5e-4 relative per value), bfloat16 8 (4e-3).
-  Scenario s;
+  Scenario s = base();
   s.hook = [] { return fp16_compress_hook(); };
   Result fp16 = train(s);
   for (size_t r = 0; r < fp16.ranks.size(); ++r) {
@@ -316,7 +480,7 @@ TEST_F(DdpTest, Fp16AndBf16HooksStayWithinTheirPrecision) {
   }
 }
 
-TEST_F(DdpTest, UserCommHookIsUsed) {
+TEST_P(DdpTest, UserCommHookIsUsed) {
   // A hook that sums instead of averaging: the steps come out world-size times larger.
   struct SumHook : CommHook {
     WorkPtr run(ProcessGroup& group, const GradBucket& bucket) override {
@@ -327,7 +491,7 @@ TEST_F(DdpTest, UserCommHookIsUsed) {
     int runs = 0;
   };
   std::vector<std::shared_ptr<SumHook>> hooks;
-  Scenario s;
+  Scenario s = base();
   s.steps = 1;
   s.hook = [&] {
     static std::mutex mu;
@@ -344,7 +508,7 @@ TEST_F(DdpTest, UserCommHookIsUsed) {
   for (const auto& h : hooks) EXPECT_EQ(h->runs, 1);
 }
 
-TEST_F(DdpTest, BuffersFollowRankZeroAndTupleOutputsAreSearched) {
+TEST_P(DdpTest, BuffersFollowRankZeroAndTupleOutputsAreSearched) {
   struct BnNet : ::torch::nn::Module {
     BnNet() {
       fc = register_module("fc", ::torch::nn::Linear(4, 3));
@@ -359,6 +523,7 @@ TEST_F(DdpTest, BuffersFollowRankZeroAndTupleOutputsAreSearched) {
   ThreadWorld world(2);
   world.run([&](int r, ProcessGroup&) {
     DDPOptions options;
+    options.overlap = GetParam();
     options.process_group = world.shared(r);
     // Both outputs feed the loss: had the search missed the tuple's second tensor, 'extra'
     // would count as unused and then get a gradient after all (an error).
@@ -376,7 +541,7 @@ TEST_F(DdpTest, BuffersFollowRankZeroAndTupleOutputsAreSearched) {
   }
 }
 
-TEST_F(DdpTest, PowerSgdConverges) {
+TEST_P(DdpTest, PowerSgdConverges) {
   // Linear regression onto a 16x32 matrix, compressed to rank 2 from the third step.
   constexpr int kSteps = 80;
   constexpr int64_t kBatch = 16;
@@ -402,6 +567,7 @@ TEST_F(DdpTest, PowerSgdConverges) {
   world.run([&](int r, ProcessGroup&) {
     const auto ru = static_cast<size_t>(r);
     DDPOptions options;
+    options.overlap = GetParam();
     options.process_group = world.shared(r);
     DistributedDataParallel ddp(models[ru], options);
     static_assert(std::is_same_v<decltype(ddp), DistributedDataParallel<::torch::nn::Linear>>);

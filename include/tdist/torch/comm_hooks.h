@@ -3,12 +3,14 @@
 //
 // A hook sees a GradBucket: the bucket's flat gradient buffer, its position in launch order
 // and its parameters. DDP calls, for every bucket of a synchronized backward pass:
-//   run(group, bucket)     on the backward thread as soon as the bucket is full, in bucket
-//                          order on every rank. It starts communication and returns its Work
-//                          without waiting for it (this is what overlaps communication with
-//                          the rest of backward). It must issue the same collectives on every
-//                          rank. Tensors the Work reads or writes must stay alive until finish
-//                          (keep them in the hook).
+//   run(group, bucket)     on the backward thread as soon as the bucket is full (or, with
+//                          CommOverlap::kAfterBackward, once backward computed every
+//                          gradient), in bucket order on every rank. It starts communication
+//                          and returns its Work without waiting for it (this is what overlaps
+//                          communication with the rest of backward). It must issue the same
+//                          collectives on every rank. Tensors the Work reads or writes must
+//                          stay alive until finish (keep them in the hook). bucket.buffer may
+//                          be the parameter's gradient itself (a bucket of one parameter).
 //   finish(group, bucket)  at the end of backward, in bucket order, after run's Work
 //                          completed. It leaves the AVERAGE over ranks of the gradients in
 //                          bucket.buffer (DDP then hands it to the parameters). It may issue

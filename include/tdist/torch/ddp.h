@@ -22,13 +22,20 @@
 // module() directly for work only some ranks do), and when grad mode is on it arms the
 // reduction of the following backward pass:
 //  - Parameters (those with requires_grad) are grouped into buckets of one dtype: in
-//    reverse order of parameters(), the first closed at first_bucket_mb, later ones at
-//    bucket_cap_mb (a bucket closes once it reaches the limit). After the first
-//    iteration the buckets are rebuilt once, in the order gradients actually became
-//    ready on rank 0 (not with find_unused_parameters unless static_graph).
-//  - Backward hooks copy each gradient into its bucket (with gradient_as_bucket_view the
-//    parameter's grad IS its slice of the bucket: no copies) and start the bucket's
-//    all_reduce (or comm hook) as soon as the bucket is full, while backward goes on.
+//    reverse order of parameters(), a parameter of 256 KiB or more alone, the others
+//    together, the first such bucket closed at first_bucket_mb, later ones at
+//    bucket_cap_mb (a bucket closes once it reaches the limit); buckets are numbered in
+//    the order they fill up. After the first iteration the buckets are rebuilt once, in
+//    the order gradients actually became ready on rank 0 (not with
+//    find_unused_parameters unless static_graph).
+//  - A bucket of one parameter is reduced in the parameter's gradient itself: no copy,
+//    and param.grad() stays the tensor autograd made (only where this rank has no
+//    gradient, or a non-contiguous one, does it go through a tensor of DDP's). Backward
+//    hooks copy the other gradients into their shared buckets (with
+//    gradient_as_bucket_view the parameter's grad IS its slice of the bucket: no copies).
+//  - Each bucket's all_reduce (or comm hook) starts, as `overlap` says, as soon as the
+//    bucket is full while backward goes on, or once backward has computed every
+//    gradient, on the backward thread (by default where the ranks use every core).
 //  - The end of backward waits for every bucket and writes the averaged gradients into
 //    param.grad(); optimizer.step() needs nothing more.
 //  - Each synchronized pass also all_reduces a small control vector: every rank's count
@@ -52,9 +59,9 @@
 //  - ranks that ran different numbers of backward passes: when they meet in a synchronized
 //    pass, DesyncError from backward on every rank ("ranks ran different numbers of
 //    backward passes", with the counts). A rank whose peers stopped earlier finds nobody
-//    to reduce with: it logs a warning each minute it waits, and the group's timeout,
-//    PeerError or DesyncError then ends that backward (or forward, whose buffer broadcast
-//    and bucket rebuild are collectives too) with that explanation added;
+//    to reduce with: it waits until the group's timeout, and TimeoutError, PeerError or
+//    DesyncError then ends that backward (or forward, whose buffer broadcast and bucket
+//    rebuild are collectives too) with that explanation added;
 //  - forward after a backward that failed midway: Error (the next forward works again);
 //  - non-CPU, sparse or complex parameters: InvalidArgument at construction.
 //
@@ -82,15 +89,34 @@ namespace tdist::torch {
 
 class Reducer;
 
+// When DDP starts each bucket's all_reduce (or comm hook).
+enum class CommOverlap {
+  // kDuringBackward where every local rank has a core to spare for communication beside
+  // its intra-op threads (usable cores >= local ranks x (torch::get_num_threads() + 1),
+  // local ranks as the launcher tells: LOCAL_WORLD_SIZE and the like), else kAfterBackward.
+  kAuto,
+  // As soon as the bucket is full, while backward goes on (PyTorch's way): the process
+  // group's worker thread runs the communication beside backward.
+  kDuringBackward,
+  // When backward has computed every gradient, run by the backward thread itself. Where
+  // the ranks use every core, a worker thread could only take turns with backward on its
+  // core: here nothing competes with backward, and the waits poll instead of sleeping.
+  kAfterBackward,
+};
+
 struct DDPOptions {
   double bucket_cap_mb = 25;   // MiB, as PyTorch
   double first_bucket_mb = 1;  // MiB; small, so that communication starts early
   bool broadcast_buffers = true;
   bool find_unused_parameters = false;
-  // Gradients are slices of the buckets: no copy into the buckets and back, and no
-  // second copy of the gradients in memory (the fastest; off by default, as in PyTorch).
+  // Gradients of shared buckets are slices of them: no copy into the bucket and back, no
+  // second copy of those gradients in memory. Large gradients are reduced in place either
+  // way, so it saves little but for models of many small parameters. Off by default, as
+  // in PyTorch: gradients then share memory with each other and with DDP, and one kept
+  // past zero_grad (set to none) is overwritten by later passes.
   bool gradient_as_bucket_view = false;
   bool static_graph = false;
+  CommOverlap overlap = CommOverlap::kAuto;
   std::shared_ptr<ProcessGroup> process_group;  // nullptr: tdist::get_default_group()
 };
 
@@ -123,6 +149,8 @@ class DistributedDataParallelBase {
   std::vector<std::vector<std::string>> bucket_assignment() const;
   // True once the buckets were rebuilt from the observed gradient order.
   bool buckets_rebuilt() const;
+  // When buckets are launched: options().overlap, kAuto resolved (never kAuto).
+  CommOverlap comm_overlap() const;
 
   const std::shared_ptr<ProcessGroup>& process_group() const { return group_; }
   const DDPOptions& options() const { return options_; }
