@@ -68,11 +68,16 @@ std::shared_ptr<ProcessGroup> CommProcessGroup::make_subgroup(std::shared_ptr<St
                                             timeout(), std::move(global_ranks));
 }
 
-WorkPtr CommProcessGroup::enqueue(uint64_t seq, const char* op,
-                                  std::function<void(const coll::Ctx&)> run) {
-  auto work = std::make_shared<QueuedWork>(op, weak_from_this(), ops_);
-  ops_.push(seq, work,
-            [this, w = work.get(), run = std::move(run)](uint64_t n) { execute(n, *w, run); });
+template <typename Run>
+WorkPtr CommProcessGroup::enqueue(uint64_t seq, const char* op, Run run) {
+  // One allocation: the Work holds the operation (a std::function over a reference
+  // stores it in place).
+  auto call = [this, run = std::move(run)](uint64_t n, Work& work) {
+    execute(n, work, std::cref(run));
+  };
+  auto work =
+      std::make_shared<QueuedCall<decltype(call)>>(op, weak_from_this(), ops_, std::move(call));
+  ops_.push(seq, work);
   return work;
 }
 

@@ -74,7 +74,8 @@ class CommProcessGroup : public ProcessGroup {
 
  private:
   // Queues the operation numbered `seq` (op_queue.h).
-  WorkPtr enqueue(uint64_t seq, const char* op, std::function<void(const coll::Ctx&)> run);
+  template <typename Run>  // Run: void(const coll::Ctx&); defined in comm_group.cc
+  WorkPtr enqueue(uint64_t seq, const char* op, Run run);
   void execute(uint64_t seq, Work& work, const std::function<void(const coll::Ctx&)>& run);
 
   const std::string backend_;

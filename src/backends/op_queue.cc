@@ -29,12 +29,12 @@ void OpQueue::stop() {
   if (worker_.joinable()) worker_.join();
 }
 
-void OpQueue::push(uint64_t seq, WorkPtr work, Op op) {
+void OpQueue::push(uint64_t seq, std::shared_ptr<QueuedWork> work) {
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     const auto now = steady_clock::now();
-    queue_.push_back(Task{seq, std::move(work), std::move(op), now});
+    queue_.push_back(Task{seq, std::move(work), now});
     last_push_ = now;
     // A ticking worker finds the task by itself: no wake-up (a futex wake and a context
     // switch, more than the whole of a small collective) on the path of a caller that
@@ -49,7 +49,7 @@ void OpQueue::run_front(std::unique_lock<std::mutex>& lock) {
   queue_.pop_front();
   running_ = true;
   lock.unlock();
-  task.op(task.seq);
+  task.work->run(task.seq);
   lock.lock();
   running_ = false;
   // Callers waiting to run their own operation; the worker when more is queued.

@@ -2,7 +2,8 @@
 // order they were issued (each with the group's sequence number), by the group's worker
 // thread, or by a caller that waits for one, which then runs the queue up to it itself
 // (so the common `all_reduce(...)->wait()` costs no hand-off between threads).
-// QueuedWork is the Work of such an operation: waiting on it helps run the queue.
+// QueuedWork is the Work of such an operation, and the operation itself (run(); one
+// allocation holds both, QueuedCall for a callable): waiting on it helps run the queue.
 //
 // claim_delay: how long the worker leaves a newly queued operation to a caller that may
 // wait on it at once (0: the worker takes it at once). A push does not wake the worker
@@ -23,7 +24,6 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -33,18 +33,18 @@
 
 namespace tdist::backends {
 
+class QueuedWork;
+
 class OpQueue {
  public:
-  using Op = std::function<void(uint64_t seq)>;
-
   OpQueue(std::chrono::microseconds claim_delay, std::chrono::milliseconds longest_op);
   ~OpQueue();
   OpQueue(const OpQueue&) = delete;
   OpQueue& operator=(const OpQueue&) = delete;
 
-  // Queues `op`, the group's operation number `seq` (ProcessGroup numbers them; pushes
-  // come in increasing seq order), which runs as op(seq); `work` is the Work it finishes.
-  void push(uint64_t seq, WorkPtr work, Op op);
+  // Queues `work`, the group's operation number `seq` (ProcessGroup numbers them; pushes
+  // come in increasing seq order), which runs as work->run(seq) and finishes itself.
+  void push(uint64_t seq, std::shared_ptr<QueuedWork> work);
   // Runs queued operations on the calling thread, in order, until `work`'s has run. When
   // another thread is running one, waits for it to end first; returns as soon as `work`'s
   // operation is no longer queued (this thread ran it, or another took it).
@@ -57,8 +57,7 @@ class OpQueue {
  private:
   struct Task {
     uint64_t seq;
-    WorkPtr work;
-    Op op;
+    std::shared_ptr<QueuedWork> work;
     std::chrono::steady_clock::time_point queued;
   };
 
@@ -79,11 +78,15 @@ class OpQueue {
   std::thread worker_;
 };
 
-// The Work of an operation on an OpQueue owned by `group`.
+// The Work of an operation on an OpQueue owned by `group`, and the operation.
 class QueuedWork : public Work {
  public:
   QueuedWork(const char* op, std::weak_ptr<ProcessGroup> group, OpQueue& queue)
       : Work(op), group_(std::move(group)), queue_(&queue) {}
+
+  // Runs the operation, numbered `seq`; it must finish this Work (and not throw). The
+  // queue calls it once.
+  virtual void run(uint64_t seq) = 0;
 
  protected:
   void poll(Deadline deadline) override;
@@ -91,6 +94,18 @@ class QueuedWork : public Work {
  private:
   std::weak_ptr<ProcessGroup> group_;  // keeps queue_ alive while locked
   OpQueue* queue_;
+};
+
+// A QueuedWork whose operation is `fn(seq, work)`.
+template <typename Fn>
+class QueuedCall final : public QueuedWork {
+ public:
+  QueuedCall(const char* op, std::weak_ptr<ProcessGroup> group, OpQueue& queue, Fn fn)
+      : QueuedWork(op, std::move(group), queue), fn_(std::move(fn)) {}
+  void run(uint64_t seq) override { fn_(seq, static_cast<Work&>(*this)); }
+
+ private:
+  Fn fn_;
 };
 
 }  // namespace tdist::backends

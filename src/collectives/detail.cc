@@ -27,34 +27,46 @@ constexpr size_t kScratchCacheMax = size_t{16} << 20;
 
 }  // namespace
 
+thread_local std::vector<RequestQueue::Entry> RequestQueue::spare_;
+
+RequestQueue::RequestQueue(const Ctx& ctx) : ctx_(ctx), entries_(std::move(spare_)) {
+  entries_.clear();
+}
+
 RequestQueue::~RequestQueue() {
-  if (!queue_.empty() && ctx_.comm.error() == nullptr) {
+  if (!empty() && ctx_.comm.error() == nullptr) {
     ctx_.comm.abort(std::make_exception_ptr(
         PeerError("a collective stopped with messages in flight; the group was aborted")));
   }
+  entries_.clear();
+  if (entries_.capacity() > spare_.capacity()) spare_ = std::move(entries_);
 }
 
 void RequestQueue::push(transport::RequestPtr request, size_t key) {
-  queue_.push_back(Entry{std::move(request), key});
+  if (empty()) {
+    entries_.clear();
+    head_ = 0;
+  }
+  entries_.push_back(Entry{std::move(request), key});
 }
 
 void RequestQueue::wait_front() {
   try {
-    queue_.front().request->wait(ctx_.deadline);
+    entries_[head_].request->wait(ctx_.deadline);
   } catch (...) {
     // Buffers are still in the transport's hands: abort so they are released.
     ctx_.comm.abort(std::current_exception());
     throw;
   }
-  queue_.pop_front();
+  entries_[head_++].request.reset();
 }
 
 void RequestQueue::wait_through(size_t key) {
-  while (!queue_.empty() && queue_.front().key <= key) wait_front();
+  while (!empty() && entries_[head_].key <= key) wait_front();
 }
 
 void RequestQueue::wait_all() {
-  while (!queue_.empty()) wait_front();
+  while (!empty()) wait_front();
 }
 
 Scratch::Scratch(size_t bytes) : bytes_(bytes) {

@@ -6,7 +6,8 @@
 //               buffers handed to the transport are never abandoned while it may still
 //               write them (Comm contract: a pending Request may only be destroyed after
 //               the Comm was aborted). A queue destroyed with requests left (an exception
-//               unwinding from elsewhere) aborts the Comm too.
+//               unwinding from elsewhere) aborts the Comm too. Its storage is kept per
+//               thread for the next queue (no allocation per collective).
 // Scratch       an uninitialised byte buffer whose size is counted per thread, so tests
 //               can check an algorithm's memory bound (scratch_peak_bytes()). Each thread
 //               keeps its largest freed one (up to 16 MiB) for the next.
@@ -21,8 +22,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <memory>
+#include <vector>
 
 #include "collectives/context.h"
 #include "collectives/selection.h"
@@ -89,15 +90,15 @@ inline Span chunk_of(size_t length, size_t chunk, size_t c) {
 
 class RequestQueue {
  public:
-  explicit RequestQueue(const Ctx& ctx) : ctx_(ctx) {}
+  explicit RequestQueue(const Ctx& ctx);
   ~RequestQueue();
   RequestQueue(const RequestQueue&) = delete;
   RequestQueue& operator=(const RequestQueue&) = delete;
 
   // Adds a request; keys must not decrease (they name the unit of work it belongs to).
   void push(transport::RequestPtr request, size_t key = 0);
-  bool empty() const { return queue_.empty(); }
-  size_t size() const { return queue_.size(); }
+  bool empty() const { return head_ == entries_.size(); }
+  size_t size() const { return entries_.size() - head_; }
   // Waits for the oldest request and drops it.
   void wait_front();
   // Waits for every request whose key is <= key.
@@ -109,8 +110,10 @@ class RequestQueue {
     transport::RequestPtr request;
     size_t key;
   };
+  static thread_local std::vector<Entry> spare_;  // storage for this thread's next queue
   const Ctx& ctx_;
-  std::deque<Entry> queue_;
+  std::vector<Entry> entries_;  // pending from head_ on
+  size_t head_ = 0;
 };
 
 class Scratch {

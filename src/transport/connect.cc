@@ -10,6 +10,7 @@
 #include "tdist/logging.h"
 #include "tdist/prefix_store.h"
 #include "transport/core/engine.h"
+#include "transport/polling.h"
 #include "transport/shm/shm_comm.h"
 
 namespace tdist::transport {
@@ -93,8 +94,17 @@ std::unique_ptr<Comm> connect_comm(std::shared_ptr<Store> store, int rank, int s
   TDIST_CHECK(!kinds.empty(), InvalidArgument, "transport: no kind of channel given");
   const Deadline deadline = Deadline::after(options.timeout);
   for (auto& kind : kinds) kind->prepare(*store);
-  const std::vector<std::string> hosts = exchange_host_keys(
-      *store, rank, size, options.host_key.empty() ? shm_host_key() : options.host_key, deadline);
+  // Each rank's host key, then the CPUs it may run on (for the polling rule, polling.h).
+  const std::string key = options.host_key.empty() ? shm_host_key() : options.host_key;
+  std::vector<std::string> hosts =
+      exchange_host_keys(*store, rank, size, key + '\n' + affinity_list(), deadline);
+  std::vector<std::string> cpus(hosts.size());
+  for (size_t r = 0; r < hosts.size(); ++r) {
+    const size_t newline = hosts[r].find('\n');
+    if (newline == std::string::npos) continue;
+    cpus[r] = hosts[r].substr(newline + 1);
+    hosts[r].resize(newline);
+  }
   // kind_of[a * size + b]: the index of the kind joining a and b (symmetric).
   std::vector<int> kind_of(static_cast<size_t>(size) * size, -1);
   for (int a = 0; a < size; ++a) {
@@ -141,6 +151,12 @@ std::unique_ptr<Comm> connect_comm(std::shared_ptr<Store> store, int rank, int s
   // The group's link class, from every pair (so every rank computes the same): shm when
   // shared memory joins every pair, tcp (the slower class) when any other kind joins one.
   Topology topology = Topology::from_host_keys(hosts);
+  topology.host_cpus.resize(static_cast<size_t>(topology.num_hosts()));
+  for (int h = 0; h < topology.num_hosts(); ++h) {
+    std::vector<std::string> lists;
+    for (int r : topology.ranks_on(h)) lists.push_back(cpus[static_cast<size_t>(r)]);
+    topology.host_cpus[static_cast<size_t>(h)] = union_cpu_count(lists);
+  }
   topology.link = LinkClass::kShm;
   for (int a = 0; a < size; ++a) {
     for (int b = a + 1; b < size; ++b) {

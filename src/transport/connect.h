@@ -7,8 +7,8 @@
 // first kind, in the given order of preference, that can connect them — every rank
 // computes the same choice. Then each kind connects its pairs (kinds in order, so setup
 // cannot deadlock), and one core::Engine drives all channels. The Comm's topology is set
-// from the host keys, and its link class from the pairs' kinds (topology.h). With TDIST_LOG_LEVEL=debug each rank logs one line naming the kind
-// of channel to each peer.
+// from the host keys, and its link class from the pairs' kinds (topology.h). With
+// TDIST_LOG_LEVEL=debug each rank logs one line naming the kind of channel to each peer.
 //
 // Adding a transport: a folder with its Channel and ChannelKind, plus one line in
 // kinds.cc (its name and factory, in order of preference).
@@ -86,7 +86,8 @@ uint64_t group_nonce(Store& store, const std::string& key, bool publish, Deadlin
                                       const std::map<int, std::string>& failures,
                                       Clock::time_point start, const std::string& hint = {});
 
-// What connect_comm exchanges first: every rank's host key (this rank's is `key`), by rank.
+// What connect_comm exchanges first: every rank's host key (this rank's is `key`; connect_comm
+// appends a newline and the rank's affinity list), by rank.
 std::vector<std::string> exchange_host_keys(Store& store, int rank, int size,
                                             const std::string& key, Deadline deadline);
 

@@ -39,6 +39,52 @@ int usable_cores() {
   return std::max(1, CPU_COUNT(&set));
 }
 
+std::string affinity_list() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return {};
+  std::string out;
+  for (int cpu = 0; cpu < CPU_SETSIZE;) {
+    if (!CPU_ISSET(cpu, &set)) {
+      ++cpu;
+      continue;
+    }
+    int last = cpu;
+    while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set)) ++last;
+    out += (out.empty() ? "" : ",") + std::to_string(cpu);
+    if (last > cpu) out += "-" + std::to_string(last);
+    cpu = last + 1;
+  }
+  return out;
+}
+
+int union_cpu_count(const std::vector<std::string>& lists) {
+  std::vector<bool> cpus;
+  for (const std::string& list : lists) {
+    // "a" or "a-b", comma-separated; stop at anything else.
+    size_t i = 0;
+    while (i < list.size()) {
+      const int first = leading_int(list.substr(i));
+      size_t j = i;
+      while (j < list.size() && list[j] >= '0' && list[j] <= '9') ++j;
+      if (j == i) break;
+      int last = first;
+      if (j < list.size() && list[j] == '-') {
+        size_t k = j + 1;
+        last = leading_int(list.substr(k));
+        while (k < list.size() && list[k] >= '0' && list[k] <= '9') ++k;
+        if (k == j + 1) break;
+        j = k;
+      }
+      last = std::min(last, CPU_SETSIZE - 1);
+      if (first <= last && static_cast<size_t>(last) >= cpus.size()) cpus.resize(last + 1);
+      for (int c = first; c <= last; ++c) cpus[static_cast<size_t>(c)] = true;
+      i = (j < list.size() && list[j] == ',') ? j + 1 : list.size();
+    }
+  }
+  return static_cast<int>(std::count(cpus.begin(), cpus.end(), true));
+}
+
 int launcher_local_ranks() {
   int n = 0;
   for (const char* name :
@@ -48,13 +94,14 @@ int launcher_local_ranks() {
   return n;
 }
 
-std::chrono::nanoseconds poll_limit(int comm_local_ranks) {
+std::chrono::nanoseconds poll_limit(int comm_local_ranks, int comm_local_cpus) {
   const int64_t us = setting_int("TDIST_POLL_US");
   TDIST_CHECK(us >= 0 && us <= 1000000, InvalidArgument, "environment setting TDIST_POLL_US='", us,
               "' is not between 0 and 1000000 (microseconds)");
   if (us == 0) return std::chrono::nanoseconds(0);
   const int local = std::max(comm_local_ranks, launcher_local_ranks());
-  if (usable_cores() < local) return std::chrono::nanoseconds(0);
+  const int cpus = comm_local_cpus > 0 ? comm_local_cpus : usable_cores();
+  if (cpus < local) return std::chrono::nanoseconds(0);
   return std::chrono::microseconds(us);
 }
 

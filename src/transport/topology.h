@@ -28,6 +28,9 @@ const char* link_class_name(LinkClass link);
 struct Topology {
   std::vector<int> host_of;  // by rank; empty = unknown (one host)
   LinkClass link = LinkClass::kUnknown;
+  // By host: how many CPUs its ranks may run on together (the union of their affinity
+  // masks; connect_comm fills it in); empty or 0 = unknown.
+  std::vector<int> host_cpus;
 
   // From every rank's host key, by rank.
   static Topology from_host_keys(const std::vector<std::string>& keys);

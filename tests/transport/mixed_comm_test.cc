@@ -2,6 +2,7 @@
 // the same "host" get shared-memory channels and the others TCP, all driven by one engine.
 // (The conformance suite runs every Comm case over it too: comm_factories.h, "mixed".)
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include "tdist/error.h"
 #include "transport/connect.h"
 #include "transport/core/engine.h"
+#include "transport/polling.h"
 
 namespace tdist::transport::testing {
 namespace {
@@ -45,6 +47,33 @@ TEST(MixedCommTest, EachPeerGetsTheBestChannelAndTheTopology) {
     }
     EXPECT_EQ(comm.topology().host_of, (std::vector<int>{0, 0, 1, 1}));
   });
+}
+
+// Each rank pinned to its own CPU (as mpirun binds them) before it connects: its host's
+// ranks together may run on as many CPUs as they are (polling.h counts that, not the one
+// CPU of each rank's own mask).
+TEST(MixedCommTest, TheTopologyCountsTheCpusOfEachHostsRanksTogether) {
+  cpu_set_t mask;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(mask), &mask), 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &mask)) cpus.push_back(c);
+  }
+  const int n = static_cast<int>(cpus.size());
+  const ConnectFn connect = mixed("AAB");
+  run_comm_ranks(
+      3,
+      [&](std::shared_ptr<Store> store, int rank, int world) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpus[static_cast<size_t>(rank % n)], &one);
+        EXPECT_EQ(::sched_setaffinity(0, sizeof(one), &one), 0);  // this thread only
+        return connect(std::move(store), rank, world);
+      },
+      [&](Comm& comm) {
+        EXPECT_EQ(comm.topology().host_cpus, (std::vector<int>{std::min(n, 2), 1})) << comm.rank();
+      });
+  EXPECT_EQ(union_cpu_count({affinity_list()}), n);
 }
 
 TEST(MixedCommTest, TheLinkClassIsTheSlowestPairsOnEveryRank) {

@@ -92,6 +92,24 @@ TEST(PollLimitTest, FollowsTheSettingAndTheCores) {
   }
 }
 
+TEST(PollLimitTest, CountsTheCpusOfTheCommsLocalRanksTogether) {
+  ScopedEnv lws("LOCAL_WORLD_SIZE", "2");
+  ScopedEnv poll("TDIST_POLL_US", "250");
+  EXPECT_EQ(poll_limit(2, 2), 250us);  // two ranks pinned to a core each
+  EXPECT_EQ(poll_limit(2, 1), 0ns);    // both on one core
+  EXPECT_EQ(poll_limit(3, 2), 0ns);
+  EXPECT_EQ(poll_limit(1, 1), 0ns);  // the launcher's two ranks on one core
+}
+
+TEST(AffinityTest, ListsThisProcesssCpusAndCountsUnions) {
+  EXPECT_EQ(union_cpu_count({affinity_list()}), usable_cores()) << affinity_list();
+  EXPECT_EQ(union_cpu_count({"0", "1"}), 2);
+  EXPECT_EQ(union_cpu_count({"0", "0"}), 1);
+  EXPECT_EQ(union_cpu_count({"0-3", "2-5,8"}), 7);
+  EXPECT_EQ(union_cpu_count({"", "x", "3-1"}), 0);
+  EXPECT_EQ(union_cpu_count({"1,x,5"}), 1);  // stops at what it cannot read
+}
+
 TEST(PollLimitTest, CountsTheLaunchersLocalRanks) {
   {
     ScopedEnv lws("LOCAL_WORLD_SIZE", std::to_string(usable_cores() + 1).c_str());

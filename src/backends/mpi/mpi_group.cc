@@ -101,10 +101,14 @@ MpiProcessGroup::~MpiProcessGroup() {
   }
 }
 
-WorkPtr MpiProcessGroup::enqueue(uint64_t seq, const char* op, std::function<void(MPI_Comm)> run) {
-  auto work = std::make_shared<QueuedWork>(op, weak_from_this(), ops_);
-  ops_.push(seq, work,
-            [this, w = work.get(), run = std::move(run)](uint64_t n) { execute(n, *w, run); });
+template <typename Run>
+WorkPtr MpiProcessGroup::enqueue(uint64_t seq, const char* op, Run run) {
+  auto call = [this, run = std::move(run)](uint64_t n, Work& work) {
+    execute(n, work, std::cref(run));
+  };
+  auto work =
+      std::make_shared<QueuedCall<decltype(call)>>(op, weak_from_this(), ops_, std::move(call));
+  ops_.push(seq, work);
   return work;
 }
 

@@ -91,7 +91,8 @@ class MpiProcessGroup : public ProcessGroup {
 
  private:
   // Queues the operation numbered `seq` (op_queue.h).
-  WorkPtr enqueue(uint64_t seq, const char* op, std::function<void(MPI_Comm)> run);
+  template <typename Run>  // Run: void(MPI_Comm); defined in mpi_group.cc
+  WorkPtr enqueue(uint64_t seq, const char* op, Run run);
   void execute(uint64_t seq, Work& work, const std::function<void(MPI_Comm)>& run);
 
   MPI_Comm comm_ = MPI_COMM_NULL;  // collectives and user point-to-point

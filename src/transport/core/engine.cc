@@ -150,6 +150,7 @@ void Engine::abort(std::exception_ptr reason) {
 }
 
 std::exception_ptr Engine::error() const {
+  if (!has_error_.load(std::memory_order_acquire)) return nullptr;  // the common case: no lock
   std::lock_guard<std::mutex> lock(error_mu_);
   return error_;
 }
@@ -210,15 +211,24 @@ int Engine::local_ranks() const {
   return static_cast<int>(topo.ranks_on(topo.host_of[static_cast<size_t>(rank_)]).size());
 }
 
+int Engine::local_cpus() const {
+  const Topology& topo = topology();
+  if (!topo.known()) return 0;
+  const auto host = static_cast<size_t>(topo.host_of[static_cast<size_t>(rank_)]);
+  return host < topo.host_cpus.size() ? topo.host_cpus[host] : 0;
+}
+
 template <typename Done>
 bool Engine::poll_channels(Done done, Deadline deadline) {
   if (on_background_thread()) return false;
   if (!poll_budget_) {
     const int local = local_ranks();
-    poll_budget_.emplace(poll_limit(local));
+    const int cpus = local_cpus();
+    poll_budget_.emplace(poll_limit(local, cpus));
     TDIST_LOG(kDebug) << "rank " << rank_ << ": waiters poll for up to "
-                      << poll_budget_->current().count() / 1000 << " us (" << usable_cores()
-                      << " cores for " << std::max(local, launcher_local_ranks())
+                      << poll_budget_->current().count() / 1000 << " us ("
+                      << (cpus > 0 ? cpus : usable_cores()) << " cores for the "
+                      << std::max(local, launcher_local_ranks())
                       << " local ranks; 0 = sleep at once)";
   }
   const auto budget = poll_budget_->current();
@@ -328,6 +338,7 @@ void Engine::abort_with(const std::exception_ptr& reason, bool log) {
     std::lock_guard<std::mutex> lock(error_mu_);
     if (error_) return;
     error_ = reason;
+    has_error_.store(true, std::memory_order_release);
   }
   const std::string text = what_of(reason);
   if (log && !destroying_) TDIST_LOG(kWarn) << "transport aborted: " << text;

@@ -79,6 +79,7 @@ class Engine final : public Comm {
   template <typename Done>
   bool poll_channels(Done done, Deadline deadline);
   int local_ranks() const;
+  int local_cpus() const;         // the CPUs of this host's ranks together (topology.h); 0 unknown
   bool sleep(Deadline deadline);  // false when the deadline passed with nothing to do
   void notify_waiters();
   void wake_driver();
@@ -105,7 +106,8 @@ class Engine final : public Comm {
   std::atomic<int> sleepers_{0};  // changed under wait_mu_; read without it by completers
 
   mutable std::mutex error_mu_;
-  std::exception_ptr error_;  // guarded by error_mu_
+  std::exception_ptr error_;            // guarded by error_mu_
+  std::atomic<bool> has_error_{false};  // error_ is set (read without the lock)
 };
 
 }  // namespace tdist::transport::core
