@@ -7,6 +7,7 @@
 
 #include "backends/error_context.h"
 #include "collectives/collectives.h"
+#include "core/block_cache.h"
 #include "tdist/error.h"
 
 namespace tdist::backends {
@@ -70,13 +71,14 @@ std::shared_ptr<ProcessGroup> CommProcessGroup::make_subgroup(std::shared_ptr<St
 
 template <typename Run>
 WorkPtr CommProcessGroup::enqueue(uint64_t seq, const char* op, Run run) {
-  // One allocation: the Work holds the operation (a std::function over a reference
-  // stores it in place).
+  // One block from this thread's cache: the Work holds the operation (a std::function
+  // over a reference stores it in place).
   auto call = [this, run = std::move(run)](uint64_t n, Work& work) {
     execute(n, work, std::cref(run));
   };
-  auto work =
-      std::make_shared<QueuedCall<decltype(call)>>(op, weak_from_this(), ops_, std::move(call));
+  using Call = QueuedCall<decltype(call)>;
+  auto work = std::allocate_shared<Call>(core::CachingAllocator<Call>(), op, weak_from_this(), ops_,
+                                         std::move(call));
   ops_.push(seq, work);
   return work;
 }

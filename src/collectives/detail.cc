@@ -27,10 +27,13 @@ constexpr size_t kScratchCacheMax = size_t{16} << 20;
 
 }  // namespace
 
-thread_local std::vector<RequestQueue::Entry> RequestQueue::spare_;
+thread_local std::vector<std::vector<RequestQueue::Entry>> RequestQueue::spares_;
 
-RequestQueue::RequestQueue(const Ctx& ctx) : ctx_(ctx), entries_(std::move(spare_)) {
-  entries_.clear();
+RequestQueue::RequestQueue(const Ctx& ctx) : ctx_(ctx) {
+  if (!spares_.empty()) {
+    entries_ = std::move(spares_.back());
+    spares_.pop_back();
+  }
 }
 
 RequestQueue::~RequestQueue() {
@@ -39,7 +42,7 @@ RequestQueue::~RequestQueue() {
         PeerError("a collective stopped with messages in flight; the group was aborted")));
   }
   entries_.clear();
-  if (entries_.capacity() > spare_.capacity()) spare_ = std::move(entries_);
+  if (spares_.size() < 4 && entries_.capacity() > 0) spares_.push_back(std::move(entries_));
 }
 
 void RequestQueue::push(transport::RequestPtr request, size_t key) {

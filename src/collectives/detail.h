@@ -110,7 +110,8 @@ class RequestQueue {
     transport::RequestPtr request;
     size_t key;
   };
-  static thread_local std::vector<Entry> spare_;  // storage for this thread's next queue
+  // Storage for this thread's next queues (a few: algorithms nest them).
+  static thread_local std::vector<std::vector<Entry>> spares_;
   const Ctx& ctx_;
   std::vector<Entry> entries_;  // pending from head_ on
   size_t head_ = 0;

@@ -18,7 +18,9 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <utility>
 
+#include "core/block_cache.h"
 #include "transport/comm.h"
 
 namespace tdist::transport::core {
@@ -79,8 +81,26 @@ class Op {
   std::exception_ptr error_;
 };
 
+// A new Op (its memory from this thread's block cache: one per send and receive).
+template <typename... Args>
+std::shared_ptr<Op> make_op(Args&&... args) {
+  return std::allocate_shared<Op>(tdist::core::CachingAllocator<Op>(), std::forward<Args>(args)...);
+}
+
 class CoreRequest final : public Request {
  public:
+  // Its memory from this thread's block cache too.
+  static void* operator new(size_t bytes) {
+    return bytes == sizeof(CoreRequest) ? Blocks::get() : ::operator new(bytes);
+  }
+  static void operator delete(void* p, size_t bytes) {
+    if (bytes == sizeof(CoreRequest)) {
+      Blocks::put(p);
+    } else {
+      ::operator delete(p);
+    }
+  }
+
   // `engine` owns the Peer the Op went to (null for a request that failed at once).
   CoreRequest(Engine* engine, std::shared_ptr<Op> op) : engine_(engine), op_(std::move(op)) {}
   ~CoreRequest() override;
@@ -88,8 +108,11 @@ class CoreRequest final : public Request {
   bool test() override;
 
  private:
+  using Blocks = tdist::core::BlockCache<32, alignof(std::max_align_t)>;
+
   Engine* engine_;
   std::shared_ptr<Op> op_;
 };
+static_assert(sizeof(CoreRequest) == 32, "CoreRequest's block size");
 
 }  // namespace tdist::transport::core

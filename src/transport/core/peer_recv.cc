@@ -18,7 +18,7 @@ constexpr size_t kDirectOnlyBytes = 32 * 1024;
 
 std::shared_ptr<Op> Peer::post_recv(uint64_t tag, void* data, size_t bytes,
                                     std::string* lost_message) {
-  auto op = std::make_shared<Op>(rank_, false, tag, data, bytes);
+  auto op = make_op(rank_, false, tag, data, bytes);
   {
     std::lock_guard<std::mutex> lock(recv_mu_);
     if (recv_error_) {

@@ -41,7 +41,7 @@ std::string Peer::lost(const std::string& reason) const {
 
 std::shared_ptr<Op> Peer::post_send(uint64_t tag, const void* data, size_t bytes,
                                     std::string* lost_message) {
-  auto op = std::make_shared<Op>(rank_, true, tag, const_cast<void*>(data), bytes);
+  auto op = make_op(rank_, true, tag, const_cast<void*>(data), bytes);
   if (peer_gone_.load(std::memory_order_acquire)) {
     *lost_message = lost("it already destroyed its Comm, so this send can never be received");
   }
@@ -121,7 +121,7 @@ Progress Peer::exchange_rendezvous(std::string* lost_message) {
     queued_.fetch_add(1, std::memory_order_acq_rel);
   }
   for (const RvFrame& r : replies) {
-    auto op = std::make_shared<Op>(rank_, true, r.tag, nullptr, 0);
+    auto op = make_op(rank_, true, r.tag, nullptr, 0);
     op->phase = Op::Phase::kControl;
     op->header[1] = sizeof(uint64_t);
     op->header[2] = r.id;
