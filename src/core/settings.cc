@@ -49,7 +49,7 @@ constexpr auto kSettings = std::to_array<Setting>({
     {"TDIST_SOCKET_IFNAME", "",
      "network interfaces for the TCP transport (NCCL syntax): prefixes 'eth0,eth1', '^lo,docker' "
      "excludes, '=eth0' exact; empty = the route to the store's host"},
-    {"TDIST_SOCKET_NSOCKS_PERPEER", "1", "TCP connections per pair of ranks, 1..8 (same on all)"},
+    {"TDIST_SOCKET_NSOCKS_PERPEER", "2", "TCP connections per pair of ranks, 1..8 (same on all)"},
     {"TDIST_STORE_CONNECT_TIMEOUT", "300",
      "seconds a store client keeps retrying to connect before it gives up"},
     {"TDIST_STORE_MAX_CONNECTIONS", "65536",
