@@ -39,7 +39,7 @@ for backend in auto tcp; do
     timeout 600 "$netns" exec "$prefix" "$i" "$tdistrun" --nnodes "$hosts" --node-rank "$i" \
       --nproc-per-node "$ranks" --rdzv-endpoint "$master:29400" --rdzv-id "bench-$backend" \
       --rdzv-timeout 60 --no-python "$bench" --backend "$backend" --coll all_reduce \
-      -b "$min" -e "$max" -f 4 -n "$iters" -w 5 -c 1 >"$out" &
+      -b "$min" -e "$max" -f 4 -n "$iters" -w 5 -c 1 >>"$out" &  # >>: no truncation of a file
     pids+=($!)
   done
   for pid in "${pids[@]}"; do wait "$pid"; done
