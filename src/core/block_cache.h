@@ -6,7 +6,8 @@
 // BlockCache<Size, Align>::get() returns a block of Size bytes (aligned to Align), from
 // this thread's cache when it has one; put() gives one back to the cache of the thread
 // that calls it (any thread: blocks are plain heap memory), which keeps at most kKeep
-// and frees the rest. A thread's cache is freed when the thread exits.
+// and frees the rest. A thread's cache is freed when the thread exits (blocks given back
+// after that, by other thread-locals' destructors, go to the heap).
 // CachingAllocator<T> is a std allocator over it for single objects (allocate_shared),
 // and falls back to std::allocator for arrays.
 // Thread-safety: each thread has its own cache; nothing is shared.
@@ -24,24 +25,24 @@ class BlockCache {
   static constexpr int kKeep = 32;
 
   static void* get() {
-    Cache& cache = local();
-    if (cache.head != nullptr) {
-      Node* node = cache.head;
-      cache.head = node->next;
-      --cache.count;
+    if (head_ != nullptr) {
+      Node* node = head_;
+      head_ = node->next;
+      --count_;
       return node;
     }
     return ::operator new(kBytes, std::align_val_t(kAlign));
   }
 
   static void put(void* block) {
-    Cache& cache = local();
-    if (cache.count >= kKeep) {
+    if (exited_ || count_ >= kKeep) {  // after the thread's cache was freed: the heap
       ::operator delete(block, std::align_val_t(kAlign));
       return;
     }
-    cache.head = ::new (block) Node{cache.head};
-    ++cache.count;
+    static thread_local Reaper reaper;  // frees the cache at thread exit
+    (void)reaper;
+    head_ = ::new (block) Node{head_};
+    ++count_;
   }
 
  private:
@@ -51,21 +52,24 @@ class BlockCache {
   static constexpr size_t kAlign = Align < alignof(Node) ? alignof(Node) : Align;
   static constexpr size_t kBytes = Size < sizeof(Node) ? sizeof(Node) : Size;
 
-  struct Cache {
-    Node* head = nullptr;
-    int count = 0;
-    ~Cache() {
-      while (head != nullptr) {
-        Node* next = head->next;
-        ::operator delete(head, std::align_val_t(kAlign));
-        head = next;
+  // Frees the cache when the thread exits; blocks put later (by destructors of other
+  // thread-locals) go straight back to the heap.
+  struct Reaper {
+    ~Reaper() {
+      exited_ = true;
+      while (head_ != nullptr) {
+        Node* next = head_->next;
+        ::operator delete(head_, std::align_val_t(kAlign));
+        head_ = next;
       }
+      count_ = 0;
     }
   };
-  static Cache& local() {
-    static thread_local Cache cache;
-    return cache;
-  }
+
+  // Plain thread-locals (no destructor: usable until the thread ends).
+  static inline thread_local Node* head_ = nullptr;
+  static inline thread_local int count_ = 0;
+  static inline thread_local bool exited_ = false;
 };
 
 template <typename T>
