@@ -148,8 +148,6 @@ std::unique_ptr<Comm> connect_comm(std::shared_ptr<Store> store, int rank, int s
     ChannelTable table = kinds[k]->connect(kind_store, rank, size, peers, first, deadline);
     for (int r : peer_list) channels[r] = std::move(table[r]);
   }
-  // The group's link class, from every pair (so every rank computes the same): shm when
-  // shared memory joins every pair, tcp (the slower class) when any other kind joins one.
   Topology topology = Topology::from_host_keys(hosts);
   topology.host_cpus.resize(static_cast<size_t>(topology.num_hosts()));
   for (int h = 0; h < topology.num_hosts(); ++h) {
@@ -157,6 +155,8 @@ std::unique_ptr<Comm> connect_comm(std::shared_ptr<Store> store, int rank, int s
     for (int r : topology.ranks_on(h)) lists.push_back(cpus[static_cast<size_t>(r)]);
     topology.host_cpus[static_cast<size_t>(h)] = union_cpu_count(lists);
   }
+  // The group's link class, from every pair (so every rank computes the same): shm when
+  // shared memory joins every pair, tcp (the slower class) when any other kind joins one.
   topology.link = LinkClass::kShm;
   for (int a = 0; a < size; ++a) {
     for (int b = a + 1; b < size; ++b) {

@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <string>
 
@@ -59,30 +60,28 @@ std::string affinity_list() {
 }
 
 int union_cpu_count(const std::vector<std::string>& lists) {
-  std::vector<bool> cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
   for (const std::string& list : lists) {
     // "a" or "a-b", comma-separated; stop at anything else.
-    size_t i = 0;
-    while (i < list.size()) {
-      const int first = leading_int(list.substr(i));
-      size_t j = i;
-      while (j < list.size() && list[j] >= '0' && list[j] <= '9') ++j;
-      if (j == i) break;
-      int last = first;
-      if (j < list.size() && list[j] == '-') {
-        size_t k = j + 1;
-        last = leading_int(list.substr(k));
-        while (k < list.size() && list[k] >= '0' && list[k] <= '9') ++k;
-        if (k == j + 1) break;
-        j = k;
+    const char* p = list.data();
+    const char* const end = p + list.size();
+    while (p < end) {
+      unsigned first = 0;
+      auto parsed = std::from_chars(p, end, first);
+      if (parsed.ec != std::errc()) break;
+      unsigned last = first;
+      if (parsed.ptr < end && *parsed.ptr == '-') {
+        parsed = std::from_chars(parsed.ptr + 1, end, last);
+        if (parsed.ec != std::errc()) break;
       }
-      last = std::min(last, CPU_SETSIZE - 1);
-      if (first <= last && static_cast<size_t>(last) >= cpus.size()) cpus.resize(last + 1);
-      for (int c = first; c <= last; ++c) cpus[static_cast<size_t>(c)] = true;
-      i = (j < list.size() && list[j] == ',') ? j + 1 : list.size();
+      for (unsigned c = first; c <= last && c < CPU_SETSIZE; ++c) CPU_SET(c, &set);
+      p = parsed.ptr;
+      if (p < end && *p != ',') break;
+      ++p;
     }
   }
-  return static_cast<int>(std::count(cpus.begin(), cpus.end(), true));
+  return CPU_COUNT(&set);
 }
 
 int launcher_local_ranks() {

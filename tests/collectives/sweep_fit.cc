@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <string>
+#include <utility>
 
 namespace tdist::coll::sweep {
 
@@ -98,24 +100,31 @@ size_t cut_bytes(const std::vector<size_t>& sizes, size_t cut) {
   return sizes[cut - 1];
 }
 
+namespace {
+
+// `bytes` in its largest exact unit: the count, and 0 (bytes), 1 (KiB) or 2 (MiB).
+std::pair<size_t, int> exact_unit(size_t bytes) {
+  if (bytes >= (size_t{1} << 20) && bytes % (size_t{1} << 20) == 0) return {bytes >> 20, 2};
+  if (bytes >= 1024 && bytes % 1024 == 0) return {bytes >> 10, 1};
+  return {bytes, 0};
+}
+
+}  // namespace
+
 std::string human_bytes(size_t bytes) {
   if (bytes == SIZE_MAX) return "always";
   if (bytes == 0) return "never";
-  if (bytes >= (size_t{1} << 20) && bytes % (size_t{1} << 20) == 0) {
-    return std::to_string(bytes >> 20) + " MiB";
-  }
-  if (bytes >= 1024 && bytes % 1024 == 0) return std::to_string(bytes >> 10) + " KiB";
-  return std::to_string(bytes) + " B";
+  static constexpr const char* kUnits[] = {" B", " KiB", " MiB"};
+  const auto [count, unit] = exact_unit(bytes);
+  return std::to_string(count) + kUnits[unit];
 }
 
 std::string code_bytes(size_t bytes) {
   if (bytes == SIZE_MAX) return "kAlways";
   if (bytes == 0) return "kNever";
-  if (bytes >= (size_t{1} << 20) && bytes % (size_t{1} << 20) == 0) {
-    return std::to_string(bytes >> 20) + " << 20";
-  }
-  if (bytes >= 1024 && bytes % 1024 == 0) return std::to_string(bytes >> 10) + " << 10";
-  return std::to_string(bytes);
+  static constexpr const char* kShifts[] = {"", " << 10", " << 20"};
+  const auto [count, unit] = exact_unit(bytes);
+  return std::to_string(count) + kShifts[unit];
 }
 
 }  // namespace tdist::coll::sweep
