@@ -14,6 +14,7 @@
 // Thread-safe: any thread may wait on, poll or finish a Work.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -66,7 +67,9 @@ class Work {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;         // guarded by mu_
-  std::exception_ptr error_;  // guarded by mu_
+  std::exception_ptr error_;  // guarded by mu_; never changes once finished_ is set
+  // Set (release) after done_ and error_: wait() on a finished Work takes no lock.
+  std::atomic<bool> finished_{false};
   std::vector<std::function<void()>> callbacks_;  // guarded by mu_; run once by finish()
 };
 

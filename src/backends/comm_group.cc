@@ -8,6 +8,7 @@
 #include "backends/error_context.h"
 #include "collectives/collectives.h"
 #include "core/block_cache.h"
+#include "core/coarse_clock.h"
 #include "tdist/error.h"
 
 namespace tdist::backends {
@@ -91,7 +92,7 @@ void CommProcessGroup::execute(uint64_t seq, Work& work,
     return;
   }
   try {
-    coll::Ctx ctx{*comm_, seq, Deadline::after(timeout()), settings_};
+    coll::Ctx ctx{*comm_, seq, core::coarse_deadline_after(timeout()), settings_};
     run(ctx);
     work.finish();
   } catch (...) {

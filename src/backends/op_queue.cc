@@ -1,6 +1,7 @@
 // OpQueue and QueuedWork (op_queue.h).
 #include "backends/op_queue.h"
 
+#include "core/coarse_clock.h"
 #include "transport/polling.h"
 
 namespace tdist::backends {
@@ -33,7 +34,9 @@ void OpQueue::push(uint64_t seq, std::shared_ptr<QueuedWork> work) {
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const auto now = steady_clock::now();
+    // Coarse (a tick early at most): the worker may then claim an operation up to a tick
+    // sooner, which only costs a hand-off now and then.
+    const auto now = core::coarse_now();
     queue_.push_back(Task{seq, std::move(work), now});
     last_push_ = now;
     // A ticking worker finds the task by itself: no wake-up (a futex wake and a context

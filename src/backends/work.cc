@@ -16,6 +16,10 @@ void Work::wait() { wait(Deadline::never()); }
 
 void Work::wait(Deadline deadline) {
   poll(deadline);
+  if (finished_.load(std::memory_order_acquire)) {
+    if (error_) std::rethrow_exception(error_);
+    return;
+  }
   std::unique_lock<std::mutex> lock(mu_);
   if (deadline.is_never()) {
     cv_.wait(lock, [this] { return done_; });
@@ -60,6 +64,7 @@ void Work::finish(std::exception_ptr error) {
     if (done_) return;
     done_ = true;
     error_ = std::move(error);
+    finished_.store(true, std::memory_order_release);
     callbacks.swap(callbacks_);
   }
   cv_.notify_all();

@@ -27,45 +27,41 @@ constexpr size_t kScratchCacheMax = size_t{16} << 20;
 
 }  // namespace
 
-thread_local std::vector<std::vector<RequestQueue::Entry>> RequestQueue::spares_;
-
-RequestQueue::RequestQueue(const Ctx& ctx) : ctx_(ctx) {
-  if (!spares_.empty()) {
-    entries_ = std::move(spares_.back());
-    spares_.pop_back();
-  }
-}
-
 RequestQueue::~RequestQueue() {
   if (!empty() && ctx_.comm.error() == nullptr) {
     ctx_.comm.abort(std::make_exception_ptr(
         PeerError("a collective stopped with messages in flight; the group was aborted")));
   }
-  entries_.clear();
-  if (spares_.size() < 4 && entries_.capacity() > 0) spares_.push_back(std::move(entries_));
 }
 
 void RequestQueue::push(transport::RequestPtr request, size_t key) {
   if (empty()) {
-    entries_.clear();
-    head_ = 0;
+    head_ = count_ = 0;
+    spilled_.clear();
   }
-  entries_.push_back(Entry{std::move(request), key});
+  if (count_ < kInline) {
+    inline_[count_] = Entry{std::move(request), key};
+  } else {
+    spilled_.push_back(Entry{std::move(request), key});
+  }
+  ++count_;
 }
 
 void RequestQueue::wait_front() {
+  Entry& front = at(head_);
   try {
-    entries_[head_].request->wait(ctx_.deadline);
+    front.request->wait(ctx_.deadline);
   } catch (...) {
     // Buffers are still in the transport's hands: abort so they are released.
     ctx_.comm.abort(std::current_exception());
     throw;
   }
-  entries_[head_++].request.reset();
+  front.request.reset();
+  ++head_;
 }
 
 void RequestQueue::wait_through(size_t key) {
-  while (!empty() && entries_[head_].key <= key) wait_front();
+  while (!empty() && at(head_).key <= key) wait_front();
 }
 
 void RequestQueue::wait_all() {

@@ -88,17 +88,19 @@ inline Span chunk_of(size_t length, size_t chunk, size_t c) {
   return {begin, std::min(length, begin + chunk) - begin};
 }
 
+// The requests an algorithm has in flight, oldest first. The first kInline live in the
+// queue itself (a small collective allocates nothing here); more spill to the heap.
 class RequestQueue {
  public:
-  explicit RequestQueue(const Ctx& ctx);
+  explicit RequestQueue(const Ctx& ctx) : ctx_(ctx) {}
   ~RequestQueue();
   RequestQueue(const RequestQueue&) = delete;
   RequestQueue& operator=(const RequestQueue&) = delete;
 
   // Adds a request; keys must not decrease (they name the unit of work it belongs to).
   void push(transport::RequestPtr request, size_t key = 0);
-  bool empty() const { return head_ == entries_.size(); }
-  size_t size() const { return entries_.size() - head_; }
+  bool empty() const { return head_ == count_; }
+  size_t size() const { return count_ - head_; }
   // Waits for the oldest request and drops it.
   void wait_front();
   // Waits for every request whose key is <= key.
@@ -106,15 +108,18 @@ class RequestQueue {
   void wait_all();
 
  private:
+  static constexpr size_t kInline = 4;
   struct Entry {
     transport::RequestPtr request;
-    size_t key;
+    size_t key = 0;
   };
-  // Storage for this thread's next queues (a few: algorithms nest them).
-  static thread_local std::vector<std::vector<Entry>> spares_;
+  Entry& at(size_t i) { return i < kInline ? inline_[i] : spilled_[i - kInline]; }
+
   const Ctx& ctx_;
-  std::vector<Entry> entries_;  // pending from head_ on
-  size_t head_ = 0;
+  Entry inline_[kInline];
+  std::vector<Entry> spilled_;
+  size_t head_ = 0;   // the oldest pending entry
+  size_t count_ = 0;  // entries pushed since the queue was last empty
 };
 
 class Scratch {

@@ -54,6 +54,14 @@ class Channel {
   // *eof at the end of the peer's stream, *lost when the pipe broke.
   virtual size_t read(const iovec* iov, size_t count, bool* eof, std::string* lost) = 0;
 
+  // Zero-copy reading, for channels whose bytes lie in memory they own (a shared-memory
+  // ring): peek points `*data` at the readable bytes that lie contiguous there, without
+  // consuming them, and returns how many (0: none, or the channel cannot; the default).
+  // consume(n) then takes the first n of them. The core uses it for short messages whose
+  // receive is posted: header and payload straight from the ring to the caller's buffer.
+  virtual size_t peek(const uint8_t** /*data*/) { return 0; }
+  virtual void consume(size_t /*bytes*/) {}
+
   virtual bool readable() = 0;
   virtual bool writable() = 0;
   // Polling (transport/polling.h): forget cached readiness, so that the next readable()

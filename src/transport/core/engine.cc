@@ -42,23 +42,23 @@ std::string what_of(const std::exception_ptr& error) {
 
 }  // namespace
 
-// The driver role, held by one thread at a time; released (and the sleepers told, so
-// that one of them takes over) when the lease goes out of scope.
+// The driver role, held by one thread at a time and taken with one atomic exchange (no
+// lock on the path of a lone waiter); released, and the sleepers told so that one of them
+// takes over, when the lease goes out of scope. A sleeper counts itself in sleepers_ and
+// then re-reads driving_ under wait_mu_; the releaser clears driving_ and then reads
+// sleepers_ (both seq_cst): one of the two sees the other, so no sleeper is left behind.
 class Engine::DriverLease {
  public:
   // Takes the role when it is free; `held()` says whether it did.
-  explicit DriverLease(Engine& engine) : engine_(engine) {
-    std::lock_guard<std::mutex> lock(engine_.wait_mu_);
-    held_ = !engine_.driving_;
-    engine_.driving_ = true;
-  }
-  // Adopts the role already taken under wait_mu_.
-  DriverLease(Engine& engine, bool held) : engine_(engine), held_(held) {}
+  explicit DriverLease(Engine& engine)
+      : engine_(engine), held_(!engine_.driving_.exchange(true, std::memory_order_acquire)) {}
   ~DriverLease() {
     if (!held_) return;
-    std::lock_guard<std::mutex> lock(engine_.wait_mu_);
-    engine_.driving_ = false;
-    if (engine_.sleepers_.load() > 0) engine_.wait_cv_.notify_all();
+    engine_.driving_.store(false, std::memory_order_seq_cst);
+    if (engine_.sleepers_.load(std::memory_order_seq_cst) > 0) {
+      std::lock_guard<std::mutex> lock(engine_.wait_mu_);
+      engine_.wait_cv_.notify_all();
+    }
   }
   DriverLease(const DriverLease&) = delete;
   DriverLease& operator=(const DriverLease&) = delete;
@@ -66,7 +66,7 @@ class Engine::DriverLease {
 
  private:
   Engine& engine_;
-  bool held_;
+  const bool held_;
 };
 
 Engine::Engine(int rank, int size, std::vector<std::vector<std::unique_ptr<Channel>>> channels)
@@ -125,6 +125,7 @@ RequestPtr Engine::isend(int peer, uint64_t tag, const void* data, size_t bytes)
   check_args("isend to", peer, tag, data, bytes);
   std::string lost;
   std::shared_ptr<Op> op = peers_[peer]->post_send(tag, data, bytes, &lost);
+  if (!op) return std::make_unique<CoreRequest>(nullptr, nullptr);  // written whole
   if (!lost.empty()) {
     report(lost);
   } else if (!op->done()) {
@@ -158,19 +159,17 @@ std::exception_ptr Engine::error() const {
 void Engine::cancel(Op& op) { peers_[op.peer]->cancel(op); }
 
 bool Engine::wait_for(const Op& op, Deadline deadline) {
-  std::unique_lock<std::mutex> lock(wait_mu_);
   while (!op.done()) {
-    if (!driving_) {
-      driving_ = true;
-      lock.unlock();
-      DriverLease lease(*this, true);
-      return drive([&] { return op.done(); }, deadline);
+    {
+      DriverLease lease(*this);
+      if (lease.held()) return drive([&] { return op.done(); }, deadline);
     }
     if (deadline.expired()) return false;
-    // Counted before the re-check, so a completer either sees a sleeper (and notifies under
-    // the lock) or this thread sees the completion.
-    sleepers_.fetch_add(1);
-    if (!op.done() && driving_) {
+    std::unique_lock<std::mutex> lock(wait_mu_);
+    // Counted before the re-check, so that a completer or a leaving driver either sees a
+    // sleeper (and notifies under the lock) or this thread sees what it did.
+    sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    if (!op.done() && driving_.load(std::memory_order_seq_cst)) {
       if (deadline.is_never()) {
         wait_cv_.wait(lock);
       } else {
@@ -233,10 +232,13 @@ bool Engine::poll_channels(Done done, Deadline deadline) {
   }
   const auto budget = poll_budget_->current();
   if (budget.count() <= 0) return false;
-  const auto start = Clock::now();
-  auto end = start + std::chrono::duration_cast<Clock::duration>(budget);
-  if (!deadline.is_never() && deadline.time() < end) end = deadline.time();
-  auto yield_at = start + kPollYieldEvery;
+  // The clock is read every 8th spin only, from the 8th on: a message that comes within
+  // the first few spins (the common case when the peers keep in step) costs no clock read.
+  // `start` is then that first reading, a few spins late, which the budget can bear.
+  Clock::time_point start{};
+  Clock::time_point now{};
+  Clock::time_point end{};
+  Clock::time_point yield_at{};
   for (unsigned spin = 1;; ++spin) {
     bool hint = false;
     for (auto& peer : peers_) {
@@ -246,14 +248,20 @@ bool Engine::poll_channels(Done done, Deadline deadline) {
       Progress progress = progress_pass();
       if (progress.completed > 0) notify_waiters();
       if (progress.moved || progress.completed > 0) {
-        poll_budget_->record(Clock::now() - start);
+        poll_budget_->record(now - start);
         return true;
       }
     }
     if (done() || aborted_.load()) return true;  // completed by another thread
     cpu_relax();
     if (spin % 8 != 0) continue;  // reading the clock costs as much as a look at the rings
-    const auto now = Clock::now();
+    now = Clock::now();
+    if (spin == 8) {
+      start = now;
+      end = start + std::chrono::duration_cast<Clock::duration>(budget);
+      if (!deadline.is_never() && deadline.time() < end) end = deadline.time();
+      yield_at = start + kPollYieldEvery;
+    }
     if (now >= end) {
       idle_since_ = start;  // judged when work comes (drive)
       return false;

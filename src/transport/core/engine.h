@@ -102,8 +102,8 @@ class Engine final : public Comm {
 
   std::mutex wait_mu_;
   std::condition_variable wait_cv_;
-  bool driving_ = false;          // guarded by wait_mu_
-  std::atomic<int> sleepers_{0};  // changed under wait_mu_; read without it by completers
+  std::atomic<bool> driving_{false};  // a thread holds the driver role (DriverLease)
+  std::atomic<int> sleepers_{0};      // changed under wait_mu_; read without it
 
   mutable std::mutex error_mu_;
   std::exception_ptr error_;            // guarded by error_mu_

@@ -3,6 +3,7 @@
 
 #include <chrono>
 
+#include "core/coarse_clock.h"
 #include "tdist/error.h"
 #include "transport/core/engine.h"
 
@@ -14,14 +15,15 @@ std::string Op::describe() const {
 }
 
 CoreRequest::~CoreRequest() {
-  if (engine_ != nullptr && !op_->done()) engine_->cancel(*op_);
+  if (op_ && engine_ != nullptr && !op_->done()) engine_->cancel(*op_);
 }
 
 void CoreRequest::wait(Deadline deadline) {
+  if (!op_) return;
   if (!op_->done()) {
-    const auto start = Clock::now();
+    const auto start = tdist::core::coarse_now();  // for the error text only
     if (!engine_->wait_for(*op_, deadline)) {
-      double secs = std::chrono::duration<double>(Clock::now() - start).count();
+      double secs = std::chrono::duration<double>(tdist::core::coarse_now() - start).count();
       TDIST_THROW(TimeoutError, "rank ", engine_->rank(), ": ", op_->describe(),
                   " did not complete within its deadline (waited ",
                   static_cast<int64_t>(secs * 1000), " ms); the request is still pending");
@@ -31,6 +33,7 @@ void CoreRequest::wait(Deadline deadline) {
 }
 
 bool CoreRequest::test() {
+  if (!op_) return true;
   if (!op_->done()) engine_->try_progress(*op_);
   if (!op_->done()) return false;
   if (op_->error()) std::rethrow_exception(op_->error());

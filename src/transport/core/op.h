@@ -93,7 +93,8 @@ class CoreRequest final : public Request {
   static void* operator new(size_t /*bytes*/) { return Blocks::get(); }
   static void operator delete(void* p) { Blocks::put(p); }
 
-  // `engine` owns the Peer the Op went to (null for a request that failed at once).
+  // `engine` owns the Peer the Op went to (null for a request that failed at once). A
+  // null `op`: a send that went out whole when it was posted (complete, no error).
   CoreRequest(Engine* engine, std::shared_ptr<Op> op) : engine_(engine), op_(std::move(op)) {}
   ~CoreRequest() override;
   void wait(Deadline deadline) override;

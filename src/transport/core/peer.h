@@ -14,10 +14,14 @@
 //  - sends: a FIFO of Ops per lane. post_send writes at once on the caller's thread when
 //    nothing is queued on its lane and queues only what the channel did not take;
 //    progress() writes the rest. A send completes when its last byte is in the channel.
+//    A short eager send (up to 4 KiB) that the channel takes whole there needs no Op at
+//    all: post_send returns null for it.
 //  - receives: posted receives (FIFO per tag) and unexpected messages (arrived before
 //    their receive; payload copied to the heap). Each lane reads into a 64 KiB staging
 //    buffer, or, once a header has been matched to a posted receive, straight into the
-//    user's buffer (then staging for what follows).
+//    user's buffer (then staging for what follows). A channel with memory of its own
+//    (shm: Channel::peek) hands a message whose receive is posted over whole: header
+//    matched and payload copied to the user's buffer straight from the ring.
 //  - rendezvous (wire.h): a send of at least its channel's rendezvous_bytes() goes as a
 //    descriptor; it waits in rv_sends_ until the receiver copied it out (kRvDoneTag) or
 //    asked for the payload (kRvReadyTag, then a kRvDataTag frame). An unexpected one costs
@@ -76,6 +80,7 @@ class Peer {
   const char* kind() const { return lanes_.front().channel->kind(); }
   size_t lane_count() const { return lanes_.size(); }
 
+  // Null: the send went out whole and is complete.
   std::shared_ptr<Op> post_send(uint64_t tag, const void* data, size_t bytes, std::string* lost);
   std::shared_ptr<Op> post_recv(uint64_t tag, void* data, size_t bytes, std::string* lost);
   // Withdraws a pending Op whose Request is being destroyed (op.h).
@@ -170,6 +175,9 @@ class Peer {
   // --- receive side (peer_recv.cc); all need recv_mu_ held. Return "" or the lost message.
   void match_posted_locked(const std::shared_ptr<Op>& op, std::string* lost);
   std::string read_lane_locked(size_t lane, Progress* progress);
+  // One message from the channel's own memory (Channel::peek) into its posted receive, when
+  // it is a short data message next in send order, whole in view; false otherwise.
+  bool read_direct_locked(Lane& lane, Progress* progress);
   std::string unblock_locked(Progress* progress);  // the staged header whose turn came
   std::string consume_staged_locked(size_t lane, Progress* progress);
   std::string start_message_locked(size_t lane, uint64_t tag, uint64_t bytes, Progress* progress);

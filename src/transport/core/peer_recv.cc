@@ -97,9 +97,42 @@ std::string Peer::unblock_locked(Progress* progress) {
   return {};
 }
 
+bool Peer::read_direct_locked(Lane& lane, Progress* progress) {
+  const uint8_t* data = nullptr;
+  const size_t avail = lane.channel->peek(&data);
+  if (avail < kHeaderBytes) return false;
+  WireHeader header;
+  std::memcpy(&header, data, kHeaderBytes);
+  // Data in send order, whole in view, small (no rendezvous bit, no control tag).
+  if (is_control_tag(header.tag) || header.bytes > avail - kHeaderBytes ||
+      lane.next_seq != recv_seq_) {
+    return false;
+  }
+  auto it = std::find_if(posted_.begin(), posted_.end(),
+                         [&](const std::shared_ptr<Op>& op) { return op->tag == header.tag; });
+  if (it == posted_.end() || (*it)->bytes != header.bytes) return false;
+  std::shared_ptr<Op> op = std::move(*it);
+  posted_.erase(it);
+  if (header.bytes > 0) std::memcpy(op->data, data + kHeaderBytes, header.bytes);
+  lane.channel->consume(kHeaderBytes + header.bytes);
+  ++recv_seq_;
+  lane.next_seq += nlanes_;
+  op->complete(nullptr);
+  progress->moved = true;
+  ++progress->completed;
+  return true;
+}
+
 std::string Peer::read_lane_locked(size_t lane_index, Progress* progress) {
   Lane& lane = lanes_[lane_index];
   Incoming& incoming = lane.incoming;
+  // Between messages, with nothing staged: messages whose receive is posted come straight
+  // from the channel's memory when it has some (Channel::peek). The rest takes the path below.
+  if (!incoming.active && lane.staged_begin == lane.staged_end) {
+    while (read_direct_locked(lane, progress)) {
+    }
+    if (!lane.channel->readable()) return {};
+  }
   size_t total = 0;
   while (!lane.eof && !recv_error_ && !lane.blocked) {
     std::string message = consume_staged_locked(lane_index, progress);
@@ -220,10 +253,13 @@ std::string Peer::start_message_locked(size_t lane_index, uint64_t tag, uint64_t
     return lost(detail::str_cat("protocol error: a header announces ", bytes, " bytes (tag 0x",
                                 std::hex, tag, ")"));
   }
-  incoming = Incoming{};
+  // finish_message_locked left it inactive with no op, dest or unexpected message.
   incoming.active = true;
+  incoming.reading = Reading::kData;
   incoming.tag = tag;
   incoming.bytes = bytes;
+  incoming.got = 0;
+  incoming.message_bytes = 0;
   auto* words = reinterpret_cast<uint8_t*>(incoming.words);
   if (tag == kAbortTag) {
     incoming.control.resize(bytes);
@@ -282,20 +318,30 @@ std::string Peer::start_message_locked(size_t lane_index, uint64_t tag, uint64_t
 
 std::string Peer::finish_message_locked(size_t lane_index, Progress* progress) {
   Lane& lane = lanes_[lane_index];
-  Incoming done = std::move(lane.incoming);
-  lane.incoming = Incoming{};
+  Incoming& incoming = lane.incoming;
+  if (incoming.reading == Reading::kData && incoming.tag != kAbortTag) {
+    // The common case, without moving the whole Incoming: a data message is complete.
+    incoming.active = false;
+    incoming.dest = nullptr;
+    if (incoming.op) {
+      incoming.op->complete(nullptr);
+      incoming.op.reset();
+      ++progress->completed;
+    }
+    if (incoming.unexpected != nullptr) {
+      incoming.unexpected->complete = true;
+      incoming.unexpected = nullptr;
+    }
+    return {};
+  }
+  Incoming done = std::move(incoming);
+  incoming = Incoming{};
   if (done.tag == kAbortTag) {
     lane.eof = true;
     return detail::str_cat("rank ", self_rank_, ": rank ", rank_, " (", lane.channel->describe(),
                            ") aborted its Comm: ", done.control);
   }
-  if (done.reading != Reading::kData) return finish_rendezvous_locked(lane_index, done, progress);
-  if (done.op) {
-    done.op->complete(nullptr);
-    ++progress->completed;
-  }
-  if (done.unexpected != nullptr) done.unexpected->complete = true;
-  return {};
+  return finish_rendezvous_locked(lane_index, done, progress);
 }
 
 std::string Peer::finish_rendezvous_locked(size_t lane_index, Incoming& done, Progress* progress) {

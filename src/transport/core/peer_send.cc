@@ -12,6 +12,8 @@ namespace tdist::transport::core {
 namespace {
 
 constexpr size_t kMaxIov = 64;
+// Sends up to this size may go out inside post_send with no Op (see there).
+constexpr size_t kInlineSendBytes = 4096;
 // How long a goodbye waits between attempts when its channel has no room.
 constexpr int kGoodbyePollMs = 10;
 
@@ -41,19 +43,45 @@ std::string Peer::lost(const std::string& reason) const {
 
 std::shared_ptr<Op> Peer::post_send(uint64_t tag, const void* data, size_t bytes,
                                     std::string* lost_message) {
-  auto op = make_op(rank_, true, tag, const_cast<void*>(data), bytes);
   if (peer_gone_.load(std::memory_order_acquire)) {
     *lost_message = lost("it already destroyed its Comm, so this send can never be received");
   }
-  std::lock_guard<std::mutex> lock(send_mu_);
+  std::unique_lock<std::mutex> lock(send_mu_);
+  const size_t lane = static_cast<size_t>(send_seq_ % nlanes_);
+  Channel& channel = *lanes_[lane].channel;
+  const size_t single_copy = channel.single_copy_bytes();
+  // The short-message path: an eager message that fits the channel now, with nothing
+  // queued ahead of it on its lane, is written whole here and needs no Op.
+  if (bytes <= kInlineSendBytes && !send_error_ && lanes_[lane].send_queue.empty() &&
+      (single_copy == 0 || bytes < single_copy) && lost_message->empty() &&
+      ((tag & kP2PTagBit) == 0 || bytes < channel.rendezvous_bytes())) {
+    const uint64_t header[2] = {tag, bytes};
+    const iovec iov[2] = {{const_cast<uint64_t*>(header), kHeaderBytes},
+                          {const_cast<void*>(data), bytes}};
+    std::string why;
+    const size_t n = channel.write(iov, bytes > 0 ? 2 : 1, &why);
+    if (!why.empty()) {
+      *lost_message = lost(why);  // queued below; the abort that follows fails it
+    } else if (n == kHeaderBytes + bytes) {
+      ++send_seq_;
+      return nullptr;
+    } else if (n > 0) {  // a prefix went: the rest is queued like any partly written send
+      auto op = make_op(rank_, true, tag, const_cast<void*>(data), bytes);
+      ++send_seq_;
+      op->lane = lane;
+      op->sent = n;
+      lanes_[lane].send_queue.push_back(std::move(op));
+      queued_.fetch_add(1, std::memory_order_acq_rel);
+      return lanes_[lane].send_queue.back();
+    }
+  }
+  auto op = make_op(rank_, true, tag, const_cast<void*>(data), bytes);
   if (send_error_) {
     op->complete(send_error_);
     return op;
   }
-  const size_t lane = static_cast<size_t>(send_seq_++ % nlanes_);
+  ++send_seq_;
   op->lane = lane;
-  const Channel& channel = *lanes_[lane].channel;
-  const size_t single_copy = channel.single_copy_bytes();
   if (bytes > 0 && (tag & kP2PTagBit) != 0 && bytes >= channel.rendezvous_bytes()) {
     make_rendezvous_locked(*op, 0);
   } else if (single_copy > 0 && bytes >= single_copy) {

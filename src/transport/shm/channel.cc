@@ -39,7 +39,18 @@ bool ShmChannel::read_remote(void* dest, uint64_t remote_address, size_t bytes) 
 std::string ShmChannel::describe() const { return detail::str_cat("shm pid ", link_.pid); }
 
 size_t ShmChannel::write(const iovec* iov, size_t count, std::string*) {
-  uint64_t room = out_.capacity - (head_ - out_.control->tail.load(std::memory_order_acquire));
+  size_t wanted = 0;
+  for (size_t i = 0; i < count; ++i) wanted += iov[i].iov_len;
+  uint64_t room = out_.capacity - (head_ - seen_tail_);
+  if (room < wanted) room = refresh_room();
+  if (wanted <= room && wanted <= out_chunk_) {  // a short message: one publication
+    for (size_t i = 0; i < count; ++i) {
+      out_.write(head_, iov[i].iov_base, iov[i].iov_len);
+      head_ += iov[i].iov_len;
+    }
+    publish_head();
+    return wanted;
+  }
   size_t written = 0;
   uint64_t unpublished = 0;
   for (size_t i = 0; i < count && room > 0; ++i) {
@@ -99,13 +110,29 @@ size_t ShmChannel::read(const iovec* iov, size_t count, bool* eof, std::string*)
   return got;
 }
 
+size_t ShmChannel::peek(const uint8_t** data) {
+  const uint64_t avail = in_.control->head.load(std::memory_order_acquire) - tail_;
+  if (avail == 0) return 0;
+  const auto at = static_cast<size_t>(tail_ % in_.capacity);
+  *data = in_.data + at;
+  return static_cast<size_t>(std::min<uint64_t>(avail, in_.capacity - at));
+}
+
+void ShmChannel::consume(size_t bytes) {
+  tail_ += bytes;
+  publish_tail();
+}
+
 bool ShmChannel::readable() {
   return in_.control->head.load(std::memory_order_acquire) != tail_ ||
          closed_.load(std::memory_order_acquire);
 }
 
-bool ShmChannel::writable() {
-  return out_.capacity - (head_ - out_.control->tail.load(std::memory_order_acquire)) > 0;
+bool ShmChannel::writable() { return head_ - seen_tail_ < out_.capacity || refresh_room() > 0; }
+
+uint64_t ShmChannel::refresh_room() {
+  seen_tail_ = out_.control->tail.load(std::memory_order_acquire);
+  return out_.capacity - (head_ - seen_tail_);
 }
 
 void ShmChannel::publish_head() {

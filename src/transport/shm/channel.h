@@ -30,6 +30,8 @@ class ShmChannel final : public core::Channel {
   std::string describe() const override;
   size_t write(const iovec* iov, size_t count, std::string* lost) override;
   size_t read(const iovec* iov, size_t count, bool* eof, std::string* lost) override;
+  size_t peek(const uint8_t** data) override;
+  void consume(size_t bytes) override;
   bool readable() override;
   bool writable() override;
   size_t rendezvous_bytes() const override { return size_t{1} << 20; }
@@ -44,6 +46,8 @@ class ShmChannel final : public core::Channel {
   void shut_down() override;
 
  private:
+  // Reloads the receiver's tail; returns the room it leaves.
+  uint64_t refresh_room();
   void publish_head();
   void publish_tail();
   void wake_peer();  // one 'w' byte
@@ -55,6 +59,7 @@ class ShmChannel final : public core::Channel {
   const uint64_t in_chunk_;          // bytes copied between publications of tail
   const size_t single_copy_bytes_;   // TDIST_SHM_SINGLE_COPY_BYTES (0: off)
   uint64_t head_ = 0;                // send direction: bytes written
+  uint64_t seen_tail_ = 0;           // send direction: the receiver's tail, last read
   uint64_t tail_ = 0;                // receive direction: bytes consumed
   std::atomic<bool> closed_{false};  // the socket reached its end (or was shut down)
 

@@ -6,7 +6,11 @@
 // single-consumer byte stream: `head` (bytes ever published, written only by the sender)
 // and `tail` (bytes ever consumed, written only by the receiver) are monotonic 64-bit
 // counters on separate cache lines, so the two sides never write the same line. Data is
-// published with release stores of head/tail and read after acquire loads.
+// published with release stores of head/tail and read after acquire loads. The sleep flags
+// have lines of their own, written only around a sleep: a publisher checks its peer's flag
+// on every publication, and a line the peer keeps writing (its counter) would cost a cache
+// miss each time. The sender also keeps the tail it last read and reloads it only when
+// that leaves too little room, so a message costs the sender no read of the receiver's line.
 //
 // Sleeping without lost wakeups (Dekker style): a side that can make no progress sets its
 // flag (`reader_sleeping` when it waits for head to move, `writer_sleeping` when it waits
@@ -39,10 +43,11 @@ struct alignas(64) RingControl {
   uint64_t capacity;
   // The sender's cache line.
   alignas(64) std::atomic<uint64_t> head;
-  std::atomic<uint32_t> writer_sleeping;
   // The receiver's cache line.
   alignas(64) std::atomic<uint64_t> tail;
-  std::atomic<uint32_t> reader_sleeping;
+  // Set by the side about to sleep, cleared by the side that wakes it.
+  alignas(64) std::atomic<uint32_t> writer_sleeping;
+  alignas(64) std::atomic<uint32_t> reader_sleeping;
 };
 static_assert(sizeof(RingControl) <= kRingControlBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free &&
