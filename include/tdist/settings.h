@@ -27,6 +27,9 @@ std::span<const Setting> all_settings();
 // The declaration of `name`; throws InvalidArgument when it is not declared.
 const Setting& find_setting(std::string_view name);
 
+// Whether the environment gives `name` a value (set and not empty), which then overrides
+// the declared default.
+bool setting_is_set(std::string_view name);
 // The value from the environment, or the declared default when unset or empty.
 std::string setting_string(std::string_view name);
 int64_t setting_int(std::string_view name);

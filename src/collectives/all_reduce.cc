@@ -138,7 +138,7 @@ void pair(const Ctx& ctx, const uint8_t* send, const Vec& v) {
   const size_t mine_len = blocks.length(r);
   const size_t theirs = blocks.offset(peer);
   const size_t theirs_len = blocks.length(peer);
-  const size_t ce = detail::chunk_elems(ctx, es);
+  const size_t ce = detail::all_reduce_chunk_elems(ctx, es);
   const size_t mch = detail::ceil_div(mine_len, ce);
   const size_t tch = detail::ceil_div(theirs_len, ce);
   const uint64_t t_reduce = detail::tag(ctx, 0);

@@ -41,6 +41,7 @@ CollectiveSettings CollectiveSettings::parse(std::string_view algo, int64_t chun
               chunk_bytes);
   CollectiveSettings s;
   s.chunk_bytes = static_cast<size_t>(chunk_bytes);
+  s.chunk_given = true;
   std::string_view rest = algo;
   while (!rest.empty()) {
     const size_t comma = rest.find(',');
@@ -58,7 +59,9 @@ CollectiveSettings CollectiveSettings::parse(std::string_view algo, int64_t chun
 }
 
 CollectiveSettings CollectiveSettings::from_environment() {
-  return parse(setting_string("TDIST_ALGO"), setting_int("TDIST_CHUNK_BYTES"));
+  CollectiveSettings s = parse(setting_string("TDIST_ALGO"), setting_int("TDIST_CHUNK_BYTES"));
+  s.chunk_given = setting_is_set("TDIST_CHUNK_BYTES");
+  return s;
 }
 
 const CollectiveSettings& CollectiveSettings::process_default() {

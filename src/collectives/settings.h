@@ -24,11 +24,19 @@ struct CollectiveSettings {
   std::array<Algorithm, kNumCollectives> forced_algorithms{};
   // The pipeline chunk size in bytes (TDIST_CHUNK_BYTES' declared default until parsed).
   size_t chunk_bytes = size_t{256} * 1024;
+  // Whether chunk_bytes was given (parse(), or TDIST_CHUNK_BYTES set): then every
+  // collective uses it. Otherwise the two-rank all_reduce over shared memory uses
+  // kShmAllReduceChunk.
+  bool chunk_given = false;
+  // all_reduce's chunk when every link is shm and no chunk was given: with single-copy
+  // transfers, fewer and larger chunks win from 1 MiB up (docs/performance.md); reduce and
+  // broadcast keep chunk_bytes, where one process copies while the other waits.
+  static constexpr size_t kShmAllReduceChunk = size_t{1} << 20;
 
   Algorithm forced(Collective c) const { return forced_algorithms[static_cast<size_t>(c)]; }
 
   // From a TDIST_ALGO value ("all_reduce=ring,broadcast=chain", a bare all_reduce
-  // algorithm, "" or "auto") and a chunk size.
+  // algorithm, "" or "auto") and a chunk size (given: chunk_given is set).
   static CollectiveSettings parse(std::string_view algo, int64_t chunk_bytes);
   // From the environment, now.
   static CollectiveSettings from_environment();

@@ -29,7 +29,8 @@ constexpr auto kSettings = std::to_array<Setting>({
      "kinds of channel the auto backend may use, in order of preference: each peer gets the "
      "first that can reach it (shm: same host; tcp: any)"},
     {"TDIST_CHUNK_BYTES", "262144",
-     "pipeline chunk of the ring, chain and halving-doubling collectives, in bytes"},
+     "pipeline chunk of the ring, chain and halving-doubling collectives, in bytes (unset: also "
+     "1 MiB for the two-rank all_reduce over shared memory)"},
     {"TDIST_ENGINE", "auto",
      "engine of the Python torch.distributed backend \"tdist\" when its options name none: "
      "auto, tcp or shm"},
@@ -96,6 +97,11 @@ const Setting& find_setting(std::string_view name) {
     if (s.name == name) return s;
   }
   TDIST_THROW(InvalidArgument, "setting ", name, " is not declared in the settings registry");
+}
+
+bool setting_is_set(std::string_view name) {
+  find_setting(name);  // declared names only
+  return !env_string(std::string(name).c_str()).empty();
 }
 
 std::string setting_string(std::string_view name) { return value_of(name); }

@@ -298,5 +298,21 @@ TEST(CollectiveSettings, FromEnvironmentReadsNowTheProcessDefaultOnce) {
   }
 }
 
+// A chunk size given (parse, or TDIST_CHUNK_BYTES set) holds for every collective; only
+// without one may the two-rank all_reduce over shm pick its own (detail.h).
+TEST(CollectiveSettings, TellsWhetherTheChunkSizeWasGiven) {
+  EXPECT_TRUE(CollectiveSettings::parse("", 4096).chunk_given);
+  {
+    ScopedEnv chunk("TDIST_CHUNK_BYTES", nullptr);
+    const CollectiveSettings unset = CollectiveSettings::from_environment();
+    EXPECT_FALSE(unset.chunk_given);
+    EXPECT_EQ(unset.chunk_bytes, 262144u);
+  }
+  {
+    ScopedEnv chunk("TDIST_CHUNK_BYTES", "262144");  // the default's value, but given
+    EXPECT_TRUE(CollectiveSettings::from_environment().chunk_given);
+  }
+}
+
 }  // namespace
 }  // namespace tdist::coll

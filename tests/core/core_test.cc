@@ -162,19 +162,23 @@ TEST(Settings, UndeclaredNameThrows) {
   }
   EXPECT_THROW(setting_int("TDIST_NO_SUCH_THING"), InvalidArgument);
   EXPECT_THROW(setting_string("RANK"), InvalidArgument);
+  EXPECT_THROW(setting_is_set("RANK"), InvalidArgument);
 }
 
 TEST(Settings, DefaultsAndEnvironmentOverrides) {
   {
     ScopedEnv unset("TDIST_STORE_MAX_KEY_BYTES", std::nullopt);
     EXPECT_EQ(setting_int("TDIST_STORE_MAX_KEY_BYTES"), 4096);
+    EXPECT_FALSE(setting_is_set("TDIST_STORE_MAX_KEY_BYTES"));
   }
   {
     ScopedEnv empty("TDIST_STORE_MAX_KEY_BYTES", "");
     EXPECT_EQ(setting_int("TDIST_STORE_MAX_KEY_BYTES"), 4096);
+    EXPECT_FALSE(setting_is_set("TDIST_STORE_MAX_KEY_BYTES"));
   }
   {
     ScopedEnv set("TDIST_STORE_MAX_KEY_BYTES", "-17");
+    EXPECT_TRUE(setting_is_set("TDIST_STORE_MAX_KEY_BYTES"));
     EXPECT_EQ(setting_int("TDIST_STORE_MAX_KEY_BYTES"), -17);
     EXPECT_EQ(setting_string("TDIST_STORE_MAX_KEY_BYTES"), "-17");
   }
