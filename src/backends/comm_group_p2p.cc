@@ -5,6 +5,8 @@
 
 #include "backends/comm_group.h"
 #include "backends/error_context.h"
+#include "core/block_cache.h"
+#include "core/coarse_clock.h"
 #include "tdist/error.h"
 
 namespace tdist::backends {
@@ -12,10 +14,14 @@ namespace {
 
 class RequestWork : public Work {
  public:
-  RequestWork(std::string op, std::string where, std::vector<transport::RequestPtr> requests,
-              Deadline op_deadline)
-      : Work(std::move(op)),
-        where_(std::move(where)),
+  // `where` names the operation in errors ("rank 0/2 (shm) isend"); it is written out only
+  // when an error needs it, so a short message costs no string formatting.
+  RequestWork(const char* op, int rank, int size, const std::string& backend,
+              std::vector<transport::RequestPtr> requests, Deadline op_deadline)
+      : Work(op),
+        rank_(rank),
+        size_(size),
+        backend_(backend),
         requests_(std::move(requests)),
         op_deadline_(op_deadline) {}
 
@@ -39,16 +45,22 @@ class RequestWork : public Work {
       } catch (const TimeoutError&) {
         // The caller's own deadline only ends this wait; the operation's ends the op.
         if (!op_deadline_.expired()) return;
-        error = add_context(std::current_exception(), where_ + ": ");
+        error = add_context(std::current_exception(), where() + ": ");
       } catch (...) {
-        error = add_context(std::current_exception(), where_ + ": ");
+        error = add_context(std::current_exception(), where() + ": ");
       }
     }
     finish(error);
   }
 
  private:
-  const std::string where_;
+  std::string where() const {
+    return detail::str_cat("rank ", rank_, "/", size_, " (", backend_, ") ", op());
+  }
+
+  const int rank_;
+  const int size_;
+  const std::string backend_;
   std::mutex poll_mu_;
   std::vector<transport::RequestPtr> requests_;  // guarded by poll_mu_
   size_t next_ = 0;                              // first request not yet complete
@@ -58,9 +70,6 @@ class RequestWork : public Work {
 }  // namespace
 
 WorkPtr CommProcessGroup::do_batch_isend_irecv(std::span<const P2POp> ops) {
-  const char* name = p2p_name(ops);
-  const std::string where =
-      detail::str_cat("rank ", rank(), "/", size(), " (", backend_name(), ") ", name);
   std::vector<transport::RequestPtr> requests;
   requests.reserve(ops.size());
   for (const P2POp& op : ops) {
@@ -69,8 +78,9 @@ WorkPtr CommProcessGroup::do_batch_isend_irecv(std::span<const P2POp> ops) {
     requests.push_back(op.kind == P2POp::Kind::kSend ? comm_->isend(op.peer, tag, op.data, bytes)
                                                      : comm_->irecv(op.peer, tag, op.data, bytes));
   }
-  return std::make_shared<RequestWork>(name, where, std::move(requests),
-                                       Deadline::after(timeout()));
+  return std::allocate_shared<RequestWork>(core::CachingAllocator<RequestWork>(), p2p_name(ops),
+                                           rank(), size(), backend_, std::move(requests),
+                                           core::coarse_deadline_after(timeout()));
 }
 
 }  // namespace tdist::backends

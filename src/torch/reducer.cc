@@ -274,27 +274,30 @@ void Reducer::finalize_backward() {
   }
   std::exception_ptr error = wait_for_launched();
   phase_ = Phase::kIdle;
-  const std::string pass = ::tdist::detail::str_cat(
-      "DDP synchronized backward pass ", synced_passes_, " (rank ", group_->rank(), "): ");
+  // Written out only for an error (formatting costs microseconds, every backward pass).
+  auto pass = [this] {
+    return ::tdist::detail::str_cat("DDP synchronized backward pass ", synced_passes_, " (rank ",
+                                    group_->rank(), "): ");
+  };
   if (error != nullptr) {
-    rethrow_with_context(error, pass +
+    rethrow_with_context(error, pass() +
                                     "reducing gradients failed; most likely the ranks ran "
                                     "different numbers of backward passes (the other ranks "
                                     "never joined this one), or a rank failed: ");
   }
   if (!missing.empty() && handle_unused_) {
-    TDIST_THROW(Error, pass, "these parameters were reached from forward's output but got no ",
+    TDIST_THROW(Error, pass(), "these parameters were reached from forward's output but got no ",
                 "gradient: ", describe(missing),
                 ". Every output of forward must take part in computing the loss");
   }
-  TDIST_CHECK(missing.empty(), Error, pass,
+  TDIST_CHECK(missing.empty(), Error, pass(),
               "backward finished, but these parameters got no gradient: ", describe(missing),
               ". Parameters that do not take part in computing the loss need "
               "DDPOptions::find_unused_parameters = true (or static_graph, when the same ones "
               "go unused in every iteration)");
   const int64_t highest = control_[0];
   const int64_t lowest = -control_[1];
-  TDIST_CHECK(highest == lowest, DesyncError, pass,
+  TDIST_CHECK(highest == lowest, DesyncError, pass(),
               "ranks ran different numbers of backward passes through this DDP (passes under "
               "no_sync included): this rank ran ",
               backward_passes_, ", all ranks between ", lowest, " and ", highest,
