@@ -102,6 +102,17 @@ void exchange_reduce(const Ctx& ctx, int peer, uint32_t step, const void* send, 
   const size_t ce = chunk_elems(ctx, es);
   const bool same = send == dst;
   const uint64_t t = tag(ctx, step);
+  if (send_count <= ce && recv_count <= ce && recv_count * es <= kSmallExchangeBytes) {
+    // One message each way, small (the latency-bound case): received on the stack, folded
+    // in once both are done.
+    alignas(64) uint8_t slot[kSmallExchangeBytes];
+    RequestQueue q(ctx);
+    if (send_count > 0) q.push(ctx.comm.isend(peer, t, send, send_count * es));
+    if (recv_count > 0) q.push(ctx.comm.irecv(peer, t, slot, recv_count * es));
+    q.wait_all();
+    if (recv_count > 0) core::reduce_into(dst, slot, recv_count, dtype, op);
+    return;
+  }
   RequestQueue sends(ctx);
   const size_t send_chunks = ceil_div(send_count, ce);
   for (size_t c = 0; c < send_chunks; ++c) {

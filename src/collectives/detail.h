@@ -35,6 +35,8 @@ namespace tdist::coll::detail {
 
 // Chunks in flight per pipeline (receive slots of scratch).
 inline constexpr size_t kPipelineDepth = 4;
+// exchange_reduce receives a single message up to this size on the stack, not in scratch.
+inline constexpr size_t kSmallExchangeBytes = 1024;
 
 // The pipeline chunk size in bytes (ctx.settings: TDIST_CHUNK_BYTES, at least 1).
 inline size_t chunk_bytes(const Ctx& ctx) { return ctx.settings.chunk_bytes; }
