@@ -138,7 +138,10 @@ void pair(const Ctx& ctx, const uint8_t* send, const Vec& v) {
   const size_t mine_len = blocks.length(r);
   const size_t theirs = blocks.offset(peer);
   const size_t theirs_len = blocks.length(peer);
-  const size_t ce = detail::all_reduce_chunk_elems(ctx, es);
+  // In place, phase 1 receives into kPipelineDepth chunks of scratch: larger chunks there
+  // leave the cache and were 2-2.6x slower from 4 MiB (docs/performance.md).
+  const size_t ce =
+      zero_copy ? detail::all_reduce_chunk_elems(ctx, es) : detail::chunk_elems(ctx, es);
   const size_t mch = detail::ceil_div(mine_len, ce);
   const size_t tch = detail::ceil_div(theirs_len, ce);
   const uint64_t t_reduce = detail::tag(ctx, 0);

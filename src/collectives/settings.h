@@ -25,12 +25,12 @@ struct CollectiveSettings {
   // The pipeline chunk size in bytes (TDIST_CHUNK_BYTES' declared default until parsed).
   size_t chunk_bytes = size_t{256} * 1024;
   // Whether chunk_bytes was given (parse(), or TDIST_CHUNK_BYTES set): then every
-  // collective uses it. Otherwise the two-rank all_reduce over shared memory uses
-  // kShmAllReduceChunk.
+  // collective uses it. Otherwise the out-of-place two-rank all_reduce over shared memory
+  // uses kShmAllReduceChunk.
   bool chunk_given = false;
-  // all_reduce's chunk when every link is shm and no chunk was given: with single-copy
-  // transfers, fewer and larger chunks win from 1 MiB up (docs/performance.md); reduce and
-  // broadcast keep chunk_bytes, where one process copies while the other waits.
+  // That all_reduce's chunk when every link is shm and no chunk was given: with
+  // single-copy transfers, fewer and larger chunks win from 1 MiB up (docs/performance.md).
+  // In place (scratch slots), reduce and broadcast keep chunk_bytes.
   static constexpr size_t kShmAllReduceChunk = size_t{1} << 20;
 
   Algorithm forced(Collective c) const { return forced_algorithms[static_cast<size_t>(c)]; }

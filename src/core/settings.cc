@@ -30,7 +30,7 @@ constexpr auto kSettings = std::to_array<Setting>({
      "first that can reach it (shm: same host; tcp: any)"},
     {"TDIST_CHUNK_BYTES", "262144",
      "pipeline chunk of the ring, chain and halving-doubling collectives, in bytes (unset: also "
-     "1 MiB for the two-rank all_reduce over shared memory)"},
+     "1 MiB for the out-of-place two-rank all_reduce over shared memory)"},
     {"TDIST_ENGINE", "auto",
      "engine of the Python torch.distributed backend \"tdist\" when its options name none: "
      "auto, tcp or shm"},
