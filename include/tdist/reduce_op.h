@@ -47,9 +47,35 @@ std::string_view reduce_op_name(ReduceOpKind k);
 std::optional<ReduceOpKind> parse_reduce_op(std::string_view name);
 
 // True when `op` can reduce elements of `dtype`.
-bool is_supported(ReduceOpKind op, DType dtype);
+constexpr bool is_supported(ReduceOpKind op, DType dtype) {
+  switch (op) {
+    case ReduceOpKind::kSum:
+    case ReduceOpKind::kProd:
+    case ReduceOpKind::kMin:
+    case ReduceOpKind::kMax:
+      return true;
+    case ReduceOpKind::kAvg:
+      return dtype != DType::kBool;
+    case ReduceOpKind::kBand:
+    case ReduceOpKind::kBor:
+    case ReduceOpKind::kBxor:
+      return !is_floating(dtype);
+    case ReduceOpKind::kPremulSum:
+      return is_floating(dtype);
+  }
+  return false;
+}
 
-// Throws InvalidArgument naming the op and dtype when !is_supported(op.kind, dtype).
-void validate(ReduceOp op, DType dtype);
+namespace detail {
+// Throws the InvalidArgument of validate() for an unsupported pair.
+[[noreturn]] void reject_reduce_op(ReduceOp op, DType dtype);
+}  // namespace detail
+
+// Throws InvalidArgument naming the op and dtype when !is_supported(op.kind, dtype). Inline:
+// every collective checks its op, and the kernels check again.
+inline void validate(ReduceOp op, DType dtype) {
+  if (!is_supported(op.kind, dtype)) [[unlikely]]
+    detail::reject_reduce_op(op, dtype);
+}
 
 }  // namespace tdist

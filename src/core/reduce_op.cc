@@ -42,27 +42,9 @@ std::optional<ReduceOpKind> parse_reduce_op(std::string_view name) {
   return std::nullopt;
 }
 
-bool is_supported(ReduceOpKind op, DType dtype) {
-  switch (op) {
-    case ReduceOpKind::kSum:
-    case ReduceOpKind::kProd:
-    case ReduceOpKind::kMin:
-    case ReduceOpKind::kMax:
-      return true;
-    case ReduceOpKind::kAvg:
-      return dtype != DType::kBool;
-    case ReduceOpKind::kBand:
-    case ReduceOpKind::kBor:
-    case ReduceOpKind::kBxor:
-      return !is_floating(dtype);
-    case ReduceOpKind::kPremulSum:
-      return is_floating(dtype);
-  }
-  return false;
-}
+namespace detail {
 
-void validate(ReduceOp op, DType dtype) {
-  if (is_supported(op.kind, dtype)) return;
+void reject_reduce_op(ReduceOp op, DType dtype) {
   const char* why = "";
   switch (op.kind) {
     case ReduceOpKind::kBand:
@@ -82,5 +64,7 @@ void validate(ReduceOp op, DType dtype) {
   TDIST_THROW(InvalidArgument, "reduce op '", reduce_op_name(op.kind),
               "' is not supported for dtype ", dtype_name(dtype), ": ", why);
 }
+
+}  // namespace detail
 
 }  // namespace tdist
