@@ -64,12 +64,15 @@ class Work {
 
  private:
   const std::string op_;
+  // finish() claims the Work (the first call wins), writes error_, then sets finished_.
+  // It takes mu_ only when watchers_ says that a thread waits in wait() or a callback is
+  // registered: finishing an operation nobody blocks on takes no lock.
+  std::atomic<bool> claimed_{false};
+  std::exception_ptr error_;  // written once, before finished_; read only after it is seen
+  std::atomic<bool> finished_{false};
+  std::atomic<int> watchers_{0};  // blocked waiters plus registered callbacks
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  bool done_ = false;         // guarded by mu_
-  std::exception_ptr error_;  // guarded by mu_; never changes once finished_ is set
-  // Set (release) after done_ and error_: wait() on a finished Work takes no lock.
-  std::atomic<bool> finished_{false};
   std::vector<std::function<void()>> callbacks_;  // guarded by mu_; run once by finish()
 };
 

@@ -16,55 +16,60 @@ void Work::wait() { wait(Deadline::never()); }
 
 void Work::wait(Deadline deadline) {
   poll(deadline);
-  if (finished_.load(std::memory_order_acquire)) {
-    if (error_) std::rethrow_exception(error_);
-    return;
-  }
-  std::unique_lock<std::mutex> lock(mu_);
-  if (deadline.is_never()) {
-    cv_.wait(lock, [this] { return done_; });
-  } else if (!cv_.wait_until(lock, deadline.time(), [this] { return done_; })) {
-    TDIST_THROW(TimeoutError, op_,
-                ": the deadline given to Work::wait passed; the operation is still running");
+  if (!finished_.load(std::memory_order_acquire)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    // Counted before the predicate reads finished_ (both seq_cst), while finish() sets
+    // finished_ before it reads watchers_: either it sees this waiter and notifies under mu_,
+    // or this waiter sees it finished.
+    watchers_.fetch_add(1, std::memory_order_seq_cst);
+    auto finished = [this] { return finished_.load(std::memory_order_seq_cst); };
+    bool in_time = true;
+    if (deadline.is_never()) {
+      cv_.wait(lock, finished);
+    } else {
+      in_time = cv_.wait_until(lock, deadline.time(), finished);
+    }
+    watchers_.fetch_sub(1, std::memory_order_relaxed);
+    if (!in_time) {
+      TDIST_THROW(TimeoutError, op_,
+                  ": the deadline given to Work::wait passed; the operation is still running");
+    }
   }
   if (error_) std::rethrow_exception(error_);
 }
 
 bool Work::is_completed() const {
   const_cast<Work*>(this)->poll(Deadline::at(Clock::now()));
-  std::lock_guard<std::mutex> lock(mu_);
-  return done_;
+  return finished_.load(std::memory_order_acquire);
 }
 
-bool Work::is_success() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return done_ && !error_;
-}
+bool Work::is_success() const { return finished_.load(std::memory_order_acquire) && !error_; }
 
 std::exception_ptr Work::exception() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return error_;
+  return finished_.load(std::memory_order_acquire) ? error_ : nullptr;
 }
 
 void Work::add_callback(std::function<void()> fn) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!done_) {
-      callbacks_.push_back(std::move(fn));
+    watchers_.fetch_add(1, std::memory_order_seq_cst);  // as in wait()
+    if (!finished_.load(std::memory_order_seq_cst)) {
+      callbacks_.push_back(std::move(fn));  // finish() sees watchers_ and runs it
       return;
     }
+    watchers_.fetch_sub(1, std::memory_order_relaxed);
   }
   fn();
 }
 
 void Work::finish(std::exception_ptr error) {
+  if (claimed_.exchange(true, std::memory_order_acq_rel)) return;
+  error_ = std::move(error);
+  finished_.store(true, std::memory_order_seq_cst);
+  if (watchers_.load(std::memory_order_seq_cst) == 0) return;  // nobody to wake or call
   std::vector<std::function<void()>> callbacks;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (done_) return;
-    done_ = true;
-    error_ = std::move(error);
-    finished_.store(true, std::memory_order_release);
     callbacks.swap(callbacks_);
   }
   cv_.notify_all();
