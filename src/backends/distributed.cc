@@ -9,6 +9,7 @@
 #include "tdist/error.h"
 #include "tdist/error_file.h"
 #include "tdist/logging.h"
+#include "tdist/settings.h"
 
 namespace tdist {
 namespace {
@@ -72,6 +73,7 @@ void init_process_group(const std::string& backend, const std::string& init_meth
   BackendFactory factory = backend_factory(backend);
   TDIST_CHECK(timeout.count() >= 0, InvalidArgument, "init_process_group: timeout ",
               timeout.count(), " ms is negative");
+  check_settings();  // a bad TDIST_* value fails here, on every rank, before any contact
 
   RendezvousResult joined;
   if (store != nullptr) {

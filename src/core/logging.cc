@@ -9,6 +9,7 @@
 #include <ctime>
 #include <string>
 
+#include "tdist/error.h"
 #include "tdist/settings.h"
 
 namespace tdist {
@@ -40,7 +41,13 @@ char level_letter(LogLevel level) {
 LogLevel log_level() {
   int level = g_level.load(std::memory_order_relaxed);
   if (level == kUnset) {
-    level = static_cast<int>(parse_level(setting_string("TDIST_LOG_LEVEL")));
+    // A log line must not throw: a bad value logs at the default level here, and is
+    // refused by check_settings() (init_process_group, tdistrun) and setting_string().
+    try {
+      level = static_cast<int>(parse_level(setting_string("TDIST_LOG_LEVEL")));
+    } catch (const Error&) {
+      level = static_cast<int>(LogLevel::kWarn);
+    }
     g_level.store(level, std::memory_order_relaxed);
   }
   return static_cast<LogLevel>(level);

@@ -7,15 +7,23 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
+#include <string>
 
 #include "tdist/error.h"
 
 namespace tdist {
 namespace {
 
+constexpr int64_t kYear = 365 * 24 * 3600;  // longest duration setting, in seconds
+constexpr int64_t kGiB = int64_t{1} << 30;
+// A TCPStore frame's length is 32 bits and carries up to 1 MiB besides its value.
+constexpr int64_t kMaxStoreValue = (int64_t{1} << 32) - (int64_t{1} << 21);
+
 constexpr auto kSettings = std::to_array<Setting>({
     {"TDIST_AGENT_HEARTBEAT_TIMEOUT", "10",
-     "seconds without a heartbeat after which tdistrun agents declare another node dead"},
+     "seconds without a heartbeat after which tdistrun agents declare another node dead",
+     SettingType::kSeconds, 0, kYear},
     {"TDIST_AGENT_STORE", "",
      "host:port ([v6]:port) of the launcher's TCPStore; set by tdistrun, env:// then uses it "
      "instead of MASTER_ADDR/MASTER_PORT"},
@@ -30,43 +38,59 @@ constexpr auto kSettings = std::to_array<Setting>({
      "first that can reach it (shm: same host; tcp: any)"},
     {"TDIST_CHUNK_BYTES", "262144",
      "pipeline chunk of the ring, chain and halving-doubling collectives, in bytes (unset: also "
-     "1 MiB for the out-of-place two-rank all_reduce over shared memory)"},
+     "1 MiB for the out-of-place two-rank all_reduce over shared memory)",
+     SettingType::kInt, 1, kGiB},
     {"TDIST_ENGINE", "auto",
      "engine of the Python torch.distributed backend \"tdist\" when its options name none: "
-     "auto, tcp or shm"},
-    {"TDIST_LOG_LEVEL", "warn", "log level: trace, debug, info, warn, error or off"},
+     "auto, tcp or shm",
+     SettingType::kText, 0, -1, "auto|tcp|shm"},
+    {"TDIST_LOG_LEVEL", "warn", "log level: trace, debug, info, warn, error or off",
+     SettingType::kText, 0, -1, "trace|debug|info|warn|warning|error|off|none"},
     {"TDIST_POLL_US", "1000",
      "longest a thread waiting on a transport polls before it sleeps, in microseconds (adaptive "
-     "below it); polling happens only with a core per local rank; 0 = always sleep at once"},
+     "below it); polling happens only with a core per local rank; 0 = always sleep at once",
+     SettingType::kInt, 0, 1000000},
     {"TDIST_REDUCE_ISA", "auto",
-     "reduction kernels to use: auto (best the CPU has), avx512, avx2, sse4 or scalar"},
+     "reduction kernels to use: auto (best the CPU has), avx512, avx2, sse4 or scalar",
+     SettingType::kText, 0, -1, "auto|avx512|avx2|sse4|scalar"},
     {"TDIST_SHM_RING_BYTES", "1048576",
-     "bytes of each shared-memory ring (one per ordered pair of ranks on a host)"},
+     "bytes of each shared-memory ring (one per ordered pair of ranks on a host)",
+     SettingType::kInt, 4096, kGiB},
     {"TDIST_SHM_SINGLE_COPY_BYTES", "1048576",
      "shared-memory messages of at least this many bytes are copied straight from the sender's "
-     "memory (process_vm_readv) where the kernel allows it; 0 = always through the rings"},
+     "memory (process_vm_readv) where the kernel allows it; 0 = always through the rings",
+     SettingType::kInt, 0, int64_t{1} << 62},
     {"TDIST_SOCKET_BUFFER_BYTES", "4194304",
-     "SO_SNDBUF/SO_RCVBUF of TCP transport sockets in bytes; 0 keeps the kernel's autotuning"},
+     "SO_SNDBUF/SO_RCVBUF of TCP transport sockets in bytes; 0 keeps the kernel's autotuning",
+     SettingType::kInt, 0, std::numeric_limits<int>::max()},
     {"TDIST_SOCKET_IFNAME", "",
      "network interfaces for the TCP transport (NCCL syntax): prefixes 'eth0,eth1', '^lo,docker' "
      "excludes, '=eth0' exact; empty = the route to the store's host"},
-    {"TDIST_SOCKET_NSOCKS_PERPEER", "2", "TCP connections per pair of ranks, 1..8 (same on all)"},
+    {"TDIST_SOCKET_NSOCKS_PERPEER", "2", "TCP connections per pair of ranks (the same on all)",
+     SettingType::kInt, 1, 8},
     {"TDIST_STORE_CONNECT_TIMEOUT", "300",
-     "seconds a store client keeps retrying to connect before it gives up"},
+     "seconds a store client keeps retrying to connect before it gives up", SettingType::kSeconds,
+     0, kYear},
     {"TDIST_STORE_MAX_CONNECTIONS", "65536",
-     "most client connections a TCPStore server accepts at once"},
-    {"TDIST_STORE_MAX_KEY_BYTES", "4096", "largest key a TCPStore server accepts, in bytes"},
+     "most client connections a TCPStore server accepts at once", SettingType::kInt, 1, 1 << 24},
+    {"TDIST_STORE_MAX_KEY_BYTES", "4096", "largest key a TCPStore server accepts, in bytes",
+     SettingType::kInt, 1, 1 << 20},
     {"TDIST_STORE_MAX_VALUE_BYTES", "268435456",
-     "largest value a TCPStore server accepts, in bytes (256 MiB)"},
-    {"TDIST_STORE_TIMEOUT", "300", "default seconds a store get/wait blocks before TimeoutError"},
+     "largest value a TCPStore server accepts, in bytes (256 MiB; at most 4 GiB - 2 MiB)",
+     SettingType::kInt, 0, kMaxStoreValue},
+    {"TDIST_STORE_TIMEOUT", "300", "default seconds a store get/wait blocks before TimeoutError",
+     SettingType::kSeconds, 0, kYear},
     {"TDIST_TERM_TIMEOUT", "30",
      "seconds tdistrun gives workers to exit after forwarding a terminating signal, before "
-     "SIGKILL"},
+     "SIGKILL",
+     SettingType::kSeconds, 0, kYear},
     {"TDIST_TIMEOUT", "1800",
-     "default seconds a process group's blocking operations wait (init_process_group's timeout)"},
+     "default seconds a process group's blocking operations wait (init_process_group's timeout)",
+     SettingType::kSeconds, 0, kYear},
     {"TDIST_USE_AGENT_STORE", "0",
      "1 when the launcher hosts the TCPStore at MASTER_ADDR:MASTER_PORT and rank 0 only connects "
-     "(torch: TORCHELASTIC_USE_AGENT_STORE)"},
+     "(torch: TORCHELASTIC_USE_AGENT_STORE)",
+     SettingType::kBool},
 });
 
 bool sorted_by_name() {
@@ -80,7 +104,8 @@ std::string value_of(std::string_view name) {
   return v.empty() ? std::string(s.default_value) : v;
 }
 
-[[noreturn]] void bad_value(std::string_view name, const std::string& value, const char* want) {
+[[noreturn]] void bad_value(std::string_view name, const std::string& value,
+                            const std::string& want) {
   TDIST_THROW(InvalidArgument, "environment setting ", name, "='", value, "' is not ", want);
 }
 
@@ -104,14 +129,41 @@ bool setting_is_set(std::string_view name) {
   return !env_string(std::string(name).c_str()).empty();
 }
 
-std::string setting_string(std::string_view name) { return value_of(name); }
+std::string accepted_values(const Setting& setting) {
+  std::string out;
+  if (!setting.choices.empty()) {
+    for (char c : setting.choices) out += c == '|' ? std::string(", ") : std::string(1, c);
+  } else if (setting.ranged()) {
+    out = std::to_string(setting.min) + ".." + std::to_string(setting.max);
+  }
+  return out;
+}
+
+std::string setting_string(std::string_view name) {
+  const Setting& s = find_setting(name);
+  std::string v = value_of(name);
+  if (s.choices.empty()) return v;
+  std::string lower;
+  for (char c : v) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::string_view rest = s.choices;
+  while (!rest.empty()) {
+    const size_t bar = rest.find('|');
+    if (rest.substr(0, bar) == lower) return v;
+    rest = bar == std::string_view::npos ? std::string_view() : rest.substr(bar + 1);
+  }
+  bad_value(name, v, "one of " + accepted_values(s));
+}
 
 int64_t setting_int(std::string_view name) {
+  const Setting& s = find_setting(name);
   std::string v = value_of(name);
   char* end = nullptr;
   errno = 0;
   long long n = std::strtoll(v.c_str(), &end, 10);
   if (v.empty() || *end != '\0' || errno != 0) bad_value(name, v, "an integer");
+  if (s.ranged() && (n < s.min || n > s.max)) {
+    bad_value(name, v, "within the accepted range " + accepted_values(s));
+  }
   return n;
 }
 
@@ -134,9 +186,33 @@ bool setting_bool(std::string_view name) {
 }
 
 std::chrono::milliseconds setting_seconds(std::string_view name) {
+  const Setting& s = find_setting(name);
   double secs = setting_double(name);
   if (secs < 0) bad_value(name, value_of(name), "a non-negative number of seconds");
+  if (s.ranged() && (secs < static_cast<double>(s.min) || secs > static_cast<double>(s.max))) {
+    bad_value(name, value_of(name), "within the accepted range " + accepted_values(s) + " seconds");
+  }
   return std::chrono::milliseconds(static_cast<int64_t>(std::llround(secs * 1000.0)));
+}
+
+void check_settings() {
+  for (const Setting& s : kSettings) {
+    if (!setting_is_set(s.name)) continue;
+    switch (s.type) {
+      case SettingType::kText:
+        setting_string(s.name);
+        break;
+      case SettingType::kInt:
+        setting_int(s.name);
+        break;
+      case SettingType::kSeconds:
+        setting_seconds(s.name);
+        break;
+      case SettingType::kBool:
+        setting_bool(s.name);
+        break;
+    }
+  }
 }
 
 std::string env_string(const char* name) {

@@ -177,10 +177,10 @@ TEST(Settings, DefaultsAndEnvironmentOverrides) {
     EXPECT_FALSE(setting_is_set("TDIST_STORE_MAX_KEY_BYTES"));
   }
   {
-    ScopedEnv set("TDIST_STORE_MAX_KEY_BYTES", "-17");
+    ScopedEnv set("TDIST_STORE_MAX_KEY_BYTES", "17");
     EXPECT_TRUE(setting_is_set("TDIST_STORE_MAX_KEY_BYTES"));
-    EXPECT_EQ(setting_int("TDIST_STORE_MAX_KEY_BYTES"), -17);
-    EXPECT_EQ(setting_string("TDIST_STORE_MAX_KEY_BYTES"), "-17");
+    EXPECT_EQ(setting_int("TDIST_STORE_MAX_KEY_BYTES"), 17);
+    EXPECT_EQ(setting_string("TDIST_STORE_MAX_KEY_BYTES"), "17");
   }
   {
     ScopedEnv set("TDIST_STORE_TIMEOUT", "1.5");
@@ -214,6 +214,79 @@ TEST(Settings, BadValuesNameTheVariable) {
   expect_bad("TDIST_STORE_TIMEOUT", "inf", setting_double);
   expect_bad("TDIST_STORE_TIMEOUT", "-1", setting_seconds);
   expect_bad("TDIST_STORE_TIMEOUT", "maybe", setting_bool);
+}
+
+// An out-of-range or unknown value is refused, naming the variable, the value and what is
+// accepted; nothing is clamped or wrapped (issue 14's list, and every other bound).
+TEST(Settings, OutOfRangeValuesAreRefusedWithTheAcceptedRange) {
+  struct Bad {
+    const char* name;
+    const char* value;
+    const char* accepted;
+  };
+  const Bad bad[] = {
+      {"TDIST_STORE_MAX_VALUE_BYTES", "-1", "0..4292870144"},
+      {"TDIST_STORE_MAX_VALUE_BYTES", "4294967296", "0..4292870144"},
+      {"TDIST_SHM_RING_BYTES", "0", "4096..1073741824"},
+      {"TDIST_SOCKET_NSOCKS_PERPEER", "9", "1..8"},
+      {"TDIST_SOCKET_NSOCKS_PERPEER", "0", "1..8"},
+      {"TDIST_SOCKET_BUFFER_BYTES", "4294967296", "0..2147483647"},
+      {"TDIST_STORE_MAX_KEY_BYTES", "-17", "1..1048576"},
+      {"TDIST_STORE_MAX_CONNECTIONS", "0", "1..16777216"},
+      {"TDIST_CHUNK_BYTES", "0", "1..1073741824"},
+      {"TDIST_POLL_US", "2000000", "0..1000000"},
+      {"TDIST_TIMEOUT", "1e12", "0..31536000 seconds"},
+      {"TDIST_LOG_LEVEL", "loud", "trace, debug, info, warn, warning, error, off, none"},
+      {"TDIST_REDUCE_ISA", "avx9000", "auto, avx512, avx2, sse4, scalar"},
+      {"TDIST_ENGINE", "nccl", "auto, tcp, shm"},
+      {"TDIST_USE_AGENT_STORE", "2", "a boolean"},
+  };
+  for (const Bad& b : bad) {
+    ScopedEnv set(b.name, b.value);
+    try {
+      check_settings();
+      ADD_FAILURE() << b.name << "=" << b.value << " was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_TRUE(contains(e.what(), b.name)) << e.what();
+      EXPECT_TRUE(contains(e.what(), std::string("'") + b.value + "'")) << e.what();
+      EXPECT_TRUE(contains(e.what(), b.accepted)) << e.what();
+    }
+  }
+  // The typed reads refuse the same values.
+  {
+    ScopedEnv set("TDIST_SHM_RING_BYTES", "0");
+    EXPECT_THROW(setting_int("TDIST_SHM_RING_BYTES"), InvalidArgument);
+  }
+  {
+    ScopedEnv set("TDIST_LOG_LEVEL", "loud");
+    EXPECT_THROW(setting_string("TDIST_LOG_LEVEL"), InvalidArgument);
+  }
+  {
+    ScopedEnv set("TDIST_TIMEOUT", "31536001");
+    EXPECT_THROW(setting_seconds("TDIST_TIMEOUT"), InvalidArgument);
+  }
+}
+
+TEST(Settings, BoundsAndChoicesAreAccepted) {
+  const std::pair<const char*, const char*> good[] = {
+      {"TDIST_STORE_MAX_VALUE_BYTES", "0"},
+      {"TDIST_STORE_MAX_VALUE_BYTES", "4292870144"},
+      {"TDIST_SHM_RING_BYTES", "4096"},
+      {"TDIST_SOCKET_NSOCKS_PERPEER", "8"},
+      {"TDIST_POLL_US", "0"},
+      {"TDIST_TIMEOUT", "0.5"},
+      {"TDIST_LOG_LEVEL", "WARNING"},
+      {"TDIST_REDUCE_ISA", "Scalar"},
+      {"TDIST_ENGINE", "shm"},
+      {"TDIST_USE_AGENT_STORE", "yes"},
+      {"TDIST_SOCKET_IFNAME", "^lo,docker"},
+  };
+  for (const auto& [name, value] : good) {
+    ScopedEnv set(name, value);
+    EXPECT_NO_THROW(check_settings()) << name << "=" << value;
+  }
+  EXPECT_EQ(accepted_values(find_setting("TDIST_SOCKET_NSOCKS_PERPEER")), "1..8");
+  EXPECT_EQ(accepted_values(find_setting("TDIST_SOCKET_IFNAME")), "");
 }
 
 TEST(Settings, EnvStringReadsAnyVariable) {
@@ -340,6 +413,19 @@ TEST(LoggingLevel, ParsedFromEnvironment) {
       {
         unsetenv("TDIST_LOG_LEVEL");
         std::_Exit(log_level() == LogLevel::kWarn ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+  // A log line never throws: a bad value logs at the default level (check_settings, called
+  // by init_process_group and tdistrun, refuses it).
+  EXPECT_EXIT(
+      {
+        setenv("TDIST_LOG_LEVEL", "loud", 1);
+        bool ok = false;
+        try {
+          ok = log_level() == LogLevel::kWarn;
+        } catch (...) {
+        }
+        std::_Exit(ok ? 0 : 1);
       },
       ::testing::ExitedWithCode(0), "");
 }

@@ -207,6 +207,14 @@ TEST_F(TdistrunTest, MissingProgramIsRefused) {
   expect_refused({"--nproc-per-node", "2", missing}, {missing});
 }
 
+// A bad TDIST_* value is refused before any worker starts, with the accepted range.
+TEST_F(TdistrunTest, BadSettingIsRefused) {
+  expect_refused({"--nproc-per-node", "2", kEchoWorker, "env"},
+                 {"TDIST_SOCKET_NSOCKS_PERPEER", "'9'", "1..8"}, {"TDIST_SOCKET_NSOCKS_PERPEER=9"});
+  expect_refused({"--nproc-per-node", "2", kEchoWorker, "env"},
+                 {"TDIST_LOG_LEVEL", "'loud'", "trace, debug"}, {"TDIST_LOG_LEVEL=loud"});
+}
+
 TEST_F(TdistrunTest, PortInUseIsRefused) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   ASSERT_GE(fd, 0);

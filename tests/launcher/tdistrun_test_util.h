@@ -271,8 +271,9 @@ class TdistrunTest : public ::testing::Test {
 
   // Runs a job that the launcher must refuse: exit code not 0, exactly one line on stderr
   // containing every one of `names`, nothing on stdout, no process left.
-  void expect_refused(const std::vector<std::string>& args, const std::vector<std::string>& names) {
-    const Result r = run(args);
+  void expect_refused(const std::vector<std::string>& args, const std::vector<std::string>& names,
+                      const std::vector<std::string>& extra_env = {}) {
+    const Result r = run(args, extra_env);
     EXPECT_GT(r.code, 0);
     EXPECT_EQ(r.out, "");
     EXPECT_TRUE(!r.err.empty() && r.err.find('\n') == r.err.size() - 1) << r.err;

@@ -56,6 +56,18 @@ TEST_F(RendezvousInitProcessGroup, UnknownBackendIsRejectedBeforeTheRendezvous) 
   EXPECT_FALSE(is_initialized());
 }
 
+TEST_F(RendezvousInitProcessGroup, BadSettingIsRejectedBeforeTheRendezvous) {
+  env_.set("TDIST_SHM_RING_BYTES", "0");
+  const std::string url = "tcp://127.0.0.1:" + std::to_string(free_port()) + "?rank=1&world_size=2";
+  auto start = Clock::now();
+  std::string msg = message_of<InvalidArgument>(
+      [&] { init_process_group("fake", url, -1, -1, milliseconds(20'000)); });
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
+  EXPECT_NE(msg.find("TDIST_SHM_RING_BYTES='0'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("4096..1073741824"), std::string::npos) << msg;
+  EXPECT_FALSE(is_initialized());
+}
+
 TEST_F(RendezvousInitProcessGroup, WithAGivenStore) {
   auto store = std::make_shared<HashStore>();
   init_process_group("fake", "env://", 1, 0, milliseconds(5000), store);

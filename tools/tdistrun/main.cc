@@ -7,6 +7,7 @@
 #include <string>
 
 #include "tdist/error.h"
+#include "tdist/settings.h"
 #include "tdistrun/agent.h"
 #include "tdistrun/options.h"
 #include "tdistrun/signals.h"
@@ -49,6 +50,8 @@ int main(int argc, char** argv) {
       case Action::kRun:
         break;
     }
+    // A bad TDIST_* value is refused before any worker starts (the workers would inherit it).
+    tdist::check_settings();
     return run_agent(parsed.options);
   } catch (const UsageError& e) {
     print(stderr, std::string(e.what()) + "\n");

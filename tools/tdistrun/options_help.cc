@@ -122,7 +122,10 @@ std::string help_env_text() {
   };
   row("NAME", "DEFAULT", "DESCRIPTION");
   for (const Setting& s : all_settings()) {
-    row(s.name, s.default_value.empty() ? "\"\"" : s.default_value, s.description);
+    const std::string accepted = accepted_values(s);
+    row(s.name, s.default_value.empty() ? "\"\"" : s.default_value,
+        accepted.empty() ? std::string(s.description)
+                         : std::string(s.description) + " [" + accepted + "]");
   }
   out += "\nOther variables tdist honours:\n";
   constexpr std::array<std::pair<std::string_view, std::string_view>, 9> kOthers = {{

@@ -7,7 +7,6 @@
 #include <cerrno>
 
 #include "net/fd.h"
-#include "tdist/error.h"
 #include "tdist/logging.h"
 #include "tdist/settings.h"
 
@@ -21,10 +20,8 @@ std::atomic<bool> refused{false};
 bool single_copy_allowed() { return !refused.load(std::memory_order_relaxed); }
 
 size_t single_copy_bytes() {
-  const int64_t bytes = setting_int("TDIST_SHM_SINGLE_COPY_BYTES");
-  TDIST_CHECK(bytes >= 0, InvalidArgument, "environment setting TDIST_SHM_SINGLE_COPY_BYTES='",
-              bytes, "' is negative");
-  return static_cast<size_t>(bytes);
+  // Never negative: the registry refuses values outside 0..2^62.
+  return static_cast<size_t>(setting_int("TDIST_SHM_SINGLE_COPY_BYTES"));
 }
 
 bool single_copy_read(pid_t pid, void* dest, uint64_t address, size_t bytes) {
