@@ -68,6 +68,10 @@ constexpr auto kSettings = std::to_array<Setting>({
      "excludes, '=eth0' exact; empty = the route to the store's host"},
     {"TDIST_SOCKET_NSOCKS_PERPEER", "2", "TCP connections per pair of ranks (the same on all)",
      SettingType::kInt, 1, 8},
+    {"TDIST_STORE_BIND", "",
+     "address rank 0's store listens on ('0.0.0.0' or '::': every interface); empty = the "
+     "address MASTER_ADDR resolves to when this host has it (loopback stays loopback), else "
+     "every interface"},
     {"TDIST_STORE_CONNECT_TIMEOUT", "300",
      "seconds a store client keeps retrying to connect before it gives up", SettingType::kSeconds,
      0, kYear},

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <unistd.h>
 
 #include <charconv>
 #include <cstring>
@@ -20,19 +21,44 @@ uint16_t SocketAddress::port() const {
   return 0;
 }
 
-std::string SocketAddress::to_string() const {
+std::string SocketAddress::ip() const {
   char text[INET6_ADDRSTRLEN] = {};
   if (family() == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(&storage);
-    ::inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text));
-    return format_host_port(text, port());
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&storage)->sin_addr, text,
+                sizeof(text));
+  } else if (family() == AF_INET6) {
+    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_addr, text,
+                sizeof(text));
   }
-  if (family() == AF_INET6) {
-    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&storage);
-    ::inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof(text));
-    return format_host_port(text, port());
+  return text;
+}
+
+std::string SocketAddress::to_string() const {
+  if (family() != AF_INET && family() != AF_INET6) return "?";
+  return format_host_port(ip(), port());
+}
+
+bool SocketAddress::is_loopback() const {
+  if (family() == AF_INET) {
+    return (ntohl(reinterpret_cast<const sockaddr_in*>(&storage)->sin_addr.s_addr) >> 24) == 127;
   }
-  return "?";
+  return family() == AF_INET6 &&
+         IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_addr);
+}
+
+bool SocketAddress::is_local() const {
+  if (family() != AF_INET && family() != AF_INET6) return false;
+  const int fd = ::socket(family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  SocketAddress probe = *this;  // port 0: nothing is taken
+  if (family() == AF_INET) {
+    reinterpret_cast<sockaddr_in*>(probe.get())->sin_port = 0;
+  } else {
+    reinterpret_cast<sockaddr_in6*>(probe.get())->sin6_port = 0;
+  }
+  const bool bound = ::bind(fd, probe.get(), probe.length) == 0;
+  ::close(fd);
+  return bound;
 }
 
 SocketAddress SocketAddress::local_of(int fd) {

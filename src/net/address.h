@@ -26,6 +26,12 @@ struct SocketAddress {
   uint16_t port() const;
   // "1.2.3.4:80" or "[::1]:80".
   std::string to_string() const;
+  // The address alone, numeric: "1.2.3.4" or "::1"; empty for an empty address.
+  std::string ip() const;
+  // 127.0.0.0/8 or ::1.
+  bool is_loopback() const;
+  // Whether this host (network namespace) has the address: a socket can bind it.
+  bool is_local() const;
 
   // The local (getsockname) or remote (getpeername) address of a socket; an empty
   // address (length 0, to_string() "?") when the call fails.

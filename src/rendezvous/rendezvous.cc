@@ -9,6 +9,7 @@
 #include "net/address.h"
 #include "rendezvous/init_method.h"
 #include "rendezvous/store_agreement.h"
+#include "rendezvous/store_bind.h"
 #include "tdist/error.h"
 #include "tdist/file_store.h"
 #include "tdist/logging.h"
@@ -70,7 +71,7 @@ std::shared_ptr<Store> connect_client(const InitSpec& spec, const std::string& h
 std::shared_ptr<Store> connect_tcp(const InitSpec& spec, milliseconds timeout, Deadline deadline) {
   std::unique_ptr<TCPStoreServer> server;
   if (spec.rank == 0 && !spec.agent_store) {
-    const std::string bind = rendezvous_detail::is_ipv6_literal(spec.host) ? "::" : "0.0.0.0";
+    const std::string bind = rendezvous_detail::store_listen_host(spec.host);
     try {
       server = TCPStoreServer::start(bind, spec.port);
     } catch (const Error& e) {

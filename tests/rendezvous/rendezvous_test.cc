@@ -8,11 +8,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <fstream>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "rendezvous/store_bind.h"
 #include "rendezvous/test_util.h"
 #include "tdist/error.h"
 #include "tdist/hash_store.h"
@@ -103,6 +107,46 @@ TEST(RendezvousJoin, WorldOfOneOverEnv) {
   EXPECT_EQ(r.world_size, 1);
   r.store->set("k", "v");
   EXPECT_EQ(to_string(r.store->get("k")), "v");
+}
+
+// The local address a listening TCP socket on `port` is bound to, as /proc/net/tcp writes
+// it (hex, e.g. "0100007F" for 127.0.0.1); empty when none listens.
+std::string listening_address(uint16_t port) {
+  std::ifstream in("/proc/self/net/tcp");
+  std::string line;
+  std::getline(in, line);  // header
+  char want[8];
+  std::snprintf(want, sizeof(want), ":%04X", port);
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state;
+    fields >> slot >> local >> remote >> state;
+    if (state == "0A" && local.size() > 5 && local.substr(local.size() - 5) == want) {
+      return local.substr(0, local.size() - 5);
+    }
+  }
+  return "";
+}
+
+// Rank 0's store listens where MASTER_ADDR points, not on every interface, unless
+// TDIST_STORE_BIND says otherwise (issue 14).
+TEST(RendezvousJoin, StoreListensOnTheRendezvousAddressOnly) {
+  for (const char* bind : {"", "0.0.0.0"}) {
+    ScopedEnv env;
+    const uint16_t port = free_port();
+    env.set("MASTER_ADDR", "127.0.0.1");
+    env.set("MASTER_PORT", std::to_string(port));
+    env.set("RANK", "0");
+    env.set("WORLD_SIZE", "1");
+    env.set("TDIST_STORE_BIND", bind);
+    RendezvousResult r = rendezvous("env://", -1, -1, milliseconds(10'000));
+    EXPECT_EQ(listening_address(port), *bind == '\0' ? "0100007F" : "00000000") << bind;
+  }
+  EXPECT_EQ(rendezvous_detail::store_listen_host("127.0.0.1"), "127.0.0.1");
+  const std::string localhost = rendezvous_detail::store_listen_host("localhost");
+  EXPECT_TRUE(localhost.rfind("127.", 0) == 0 || localhost == "::1") << localhost;
+  // 192.0.2.1 (TEST-NET-1) is never this host's: every interface, with a log line.
+  EXPECT_EQ(rendezvous_detail::store_listen_host("192.0.2.1"), "0.0.0.0");
 }
 
 TEST(RendezvousJoin, DuplicateRankFailsEveryRankFast) {

@@ -38,7 +38,8 @@ inline const std::vector<std::string>& rendezvous_env_vars() {
                                                  "TDIST_AGENT_STORE_PREFIX",
                                                  "TORCHELASTIC_USE_AGENT_STORE",
                                                  "TORCHELASTIC_RESTART_COUNT",
-                                                 "TDIST_TIMEOUT"};
+                                                 "TDIST_TIMEOUT",
+                                                 "TDIST_STORE_BIND"};
   return kVars;
 }
 

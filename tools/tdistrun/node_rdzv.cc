@@ -2,7 +2,6 @@
 // key layout is in the header).
 #include "tdistrun/node_rdzv.h"
 
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -32,24 +31,6 @@ constexpr char kGiveUp[] = "give_up";
 constexpr char kMembership[] = "membership";
 constexpr char kDone[] = "done";
 
-std::string ip_of(const net::SocketAddress& address) {
-  char text[INET6_ADDRSTRLEN] = {};
-  const void* raw =
-      address.family() == AF_INET
-          ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(address.get())->sin_addr)
-          : &reinterpret_cast<const sockaddr_in6*>(address.get())->sin6_addr;
-  ::inet_ntop(address.family(), raw, text, sizeof(text));
-  return text;
-}
-
-bool is_loopback(const net::SocketAddress& address) {
-  if (address.family() == AF_INET) {
-    auto ip = ntohl(reinterpret_cast<const sockaddr_in*>(address.get())->sin_addr.s_addr);
-    return (ip >> 24) == 127;
-  }
-  return IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(address.get())->sin6_addr);
-}
-
 // True when `host` names one of this machine's (network namespace's) addresses. A name that
 // does not resolve is not local: connecting to it then fails with the resolver's message.
 bool is_local_address(const std::string& host) {
@@ -64,7 +45,7 @@ bool is_local_address(const std::string& host) {
     local.insert(a.ip.substr(0, a.ip.find('%')));  // inet_ntop's text, without the scope
   }
   return std::any_of(resolved.begin(), resolved.end(), [&](const net::SocketAddress& a) {
-    return is_loopback(a) || local.count(ip_of(a)) > 0;
+    return a.is_loopback() || local.count(a.ip()) > 0;
   });
 }
 
@@ -73,7 +54,7 @@ bool is_local_address(const std::string& host) {
 // for it resolves to.
 std::string listen_host(const std::string& host) {
   std::vector<net::SocketAddress> resolved = net::resolve(host, 0, /*passive=*/false);
-  if (is_loopback(resolved.front())) return ip_of(resolved.front());
+  if (resolved.front().is_loopback()) return resolved.front().ip();
   return resolved.front().family() == AF_INET6 ? "::" : "0.0.0.0";
 }
 
