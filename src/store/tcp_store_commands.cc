@@ -105,6 +105,16 @@ void StoreServer::handle(Connection& c, const store_wire::FrameHeader& h,
       r.expect_end();
       auto it = data_.find(key);
       if (it != data_.end()) {
+        // The value limit holds for what APPEND builds too; refused, nothing changes.
+        const size_t total = it->second.size() + value.size();
+        if (total > limits_.max_value_bytes) {
+          reply(c, id, Status::kError)
+              .bytes(std::string_view(detail::str_cat(
+                  "append to '", key, "' would make its value ", total,
+                  " bytes, over TDIST_STORE_MAX_VALUE_BYTES=", limits_.max_value_bytes)))
+              .finish();
+          return;
+        }
         it->second.insert(it->second.end(), value.begin(), value.end());
       } else {
         put(key, std::move(value));

@@ -358,6 +358,25 @@ TEST(TCPStore, WaitForWorkersHoldsEveryoneUntilAllJoined) {
   EXPECT_EQ(returned.load(), 3);
 }
 
+// APPEND cannot grow a value past the value limit: the client that tries gets a clear
+// error, the value stays as it was, and other clients go on.
+TEST(TCPStore, AppendStaysWithinTheValueLimit) {
+  ::setenv("TDIST_STORE_MAX_VALUE_BYTES", "64", 1);
+  auto server = TCPStoreServer::start("127.0.0.1", 0);
+  auto a = connect(server->port());
+  auto b = connect(server->port());
+  ::unsetenv("TDIST_STORE_MAX_VALUE_BYTES");
+  a->append("log", to_bytes(std::string(40, 'x')));
+  std::string what =
+      error_of<InvalidArgument>([&] { a->append("log", to_bytes(std::string(40, 'y'))); });
+  EXPECT_NE(what.find("80 bytes, over TDIST_STORE_MAX_VALUE_BYTES=64"), std::string::npos) << what;
+  EXPECT_EQ(get_text(*a, "log"), std::string(40, 'x'));
+  a->append("log", to_bytes(std::string(24, 'z')));  // exactly at the limit
+  EXPECT_EQ(get_text(*b, "log"), std::string(40, 'x') + std::string(24, 'z'));
+  b->set("other", std::string_view("fine"));
+  EXPECT_EQ(get_text(*a, "other"), "fine");
+}
+
 TEST(TCPStore, MaxConnectionsIsRespected) {
   ::setenv("TDIST_STORE_MAX_CONNECTIONS", "2", 1);
   auto server = TCPStoreServer::start("127.0.0.1", 0);
