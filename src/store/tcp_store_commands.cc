@@ -178,9 +178,12 @@ void StoreServer::park_or_complete(Connection& c, uint32_t request_id, Command c
 void StoreServer::key_created(const std::string& key) {
   auto it = parked_.find(key);
   if (it == parked_.end()) return;
-  std::vector<std::shared_ptr<Waiter>> waiters = std::move(it->second);
+  WaiterList waiters = std::move(it->second);
   parked_.erase(it);
-  for (const auto& w : waiters) advance(w);
+  for (const auto& w : waiters) {
+    w->parked = false;
+    advance(w);
+  }
 }
 
 void StoreServer::advance(const std::shared_ptr<Waiter>& w) {
@@ -196,7 +199,9 @@ void StoreServer::advance(const std::shared_ptr<Waiter>& w) {
     }
   }
   if (w->next < n) {
-    parked_[w->keys[w->next]].push_back(w);
+    WaiterList& list = parked_[w->keys[w->next]];
+    w->slot = list.insert(list.end(), w);
+    w->parked = true;
     return;
   }
   Connection* c = find(w->conn_id);
@@ -216,15 +221,13 @@ void StoreServer::complete(Connection& c, const Waiter& w) {
   out.finish();
 }
 
-void StoreServer::unpark(const Waiter& w) {
-  if (w.next >= w.keys.size()) return;
+void StoreServer::unpark(Waiter& w) {
+  if (!w.parked) return;
+  w.parked = false;
   auto it = parked_.find(w.keys[w.next]);
   if (it == parked_.end()) return;
-  auto& list = it->second;
-  list.erase(std::remove_if(list.begin(), list.end(),
-                            [&w](const std::shared_ptr<Waiter>& p) { return p.get() == &w; }),
-             list.end());
-  if (list.empty()) parked_.erase(it);
+  it->second.erase(w.slot);
+  if (it->second.empty()) parked_.erase(it);
 }
 
 void StoreServer::drop_waits(Connection& c) {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 
 #include "tdist/error.h"
 #include "tdist/logging.h"
@@ -86,14 +87,7 @@ void StoreServer::on_accept() {
     int error = 0;
     net::Fd fd = net::accept_tcp(listener_.fd.get(), &error);
     if (error == EMFILE || error == ENFILE) {
-      // Out of descriptors: accept with the spare one and close it, so the client sees a
-      // closed connection instead of waiting in the queue and the loop does not spin.
-      TDIST_LOG(kWarn) << "TCPStore server: out of file descriptors (" << conns_.size()
-                       << " connections); dropping a new connection";
-      spare_fd_.reset();
-      net::Fd dropped = net::accept_tcp(listener_.fd.get(), &error);
-      spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-      if (!dropped) return;
+      if (!drop_one_connection()) return;  // accepting paused until a connection closes
       continue;
     }
     if (error != 0) {
@@ -118,6 +112,40 @@ void StoreServer::on_accept() {
     TDIST_LOG(kTrace) << "TCPStore server: connection from " << c->peer;
     conns_.emplace(id, std::move(c));
   }
+}
+
+bool StoreServer::drop_one_connection() {
+  // The spare descriptor makes room to accept the waiting client and close it at once: it
+  // sees a closed connection instead of hanging in the queue, and the level-triggered
+  // listener does not spin. The dropped one is closed before the spare is taken again.
+  const bool had_spare = static_cast<bool>(spare_fd_);
+  bool dropped = false;
+  int error = 0;
+  if (had_spare) {
+    spare_fd_.reset();
+    dropped = static_cast<bool>(net::accept_tcp(listener_.fd.get(), &error));  // closed here
+    spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  }
+  if (dropped) ++dropped_connections_;
+  const auto now = std::chrono::steady_clock::now();
+  if (dropped_connections_ > 0 && now >= next_drop_log_) {  // one line per 10 s at most
+    TDIST_LOG(kWarn) << "TCPStore server: out of file descriptors with " << conns_.size()
+                     << " connections; dropped " << dropped_connections_
+                     << " new connection(s) (raise the open-file limit, ulimit -n)";
+    dropped_connections_ = 0;
+    next_drop_log_ = now + std::chrono::seconds(10);
+  }
+  if (had_spare && !dropped && error == 0) return false;  // the queue emptied meanwhile
+  if (spare_fd_ && dropped) return true;
+  // No spare to be had (the process's descriptors are all taken): stop accepting until a
+  // connection closes, rather than retrying in a loop.
+  if (!accept_paused_) {
+    TDIST_LOG(kWarn) << "TCPStore server: out of file descriptors with " << conns_.size()
+                     << " connections; not accepting until one closes";
+    loop_.modify(listener_.fd.get(), 0);
+    accept_paused_ = true;
+  }
+  return false;
 }
 
 void StoreServer::on_events(uint64_t conn_id, uint32_t events) {
@@ -271,6 +299,11 @@ void StoreServer::close_connection(uint64_t conn_id, const std::string& reason, 
   drop_waits(c);
   loop_.remove(c.fd.get());
   conns_.erase(it);
+  if (accept_paused_) {  // a descriptor is free again
+    if (!spare_fd_) spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    loop_.modify(listener_.fd.get(), EPOLLIN);
+    accept_paused_ = false;
+  }
 }
 
 }  // namespace store_internal

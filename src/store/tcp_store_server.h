@@ -9,7 +9,9 @@
 // the others and the keys are unaffected.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <span>
 #include <string>
@@ -26,13 +28,20 @@
 
 namespace tdist::store_internal {
 
-// A GET, WAIT or MULTI_GET waiting for keys. Parked under its first missing key.
+struct Waiter;
+using WaiterList = std::list<std::shared_ptr<Waiter>>;
+
+// A GET, WAIT or MULTI_GET waiting for keys. Parked under its first missing key, at `slot`
+// of that key's list, so that it leaves the list in O(1) (a connection that closes with
+// N parked waits costs O(N), not O(N^2)).
 struct Waiter {
   uint64_t conn_id;
   uint32_t request_id;
   store_wire::Command command;
   std::vector<std::string> keys;
   size_t next = 0;  // keys[0..next) were seen present
+  bool parked = false;
+  WaiterList::iterator slot;  // in parked_[keys[next]] while parked
 };
 
 struct Connection {
@@ -57,6 +66,9 @@ class StoreServer final : public TCPStoreServer {
  private:
   // tcp_store_server.cc: connections and bytes.
   void on_accept();
+  // Out of descriptors: accepts one waiting client and closes it; false (and accepting
+  // paused until a connection closes) when no descriptor could be freed for it.
+  bool drop_one_connection();
   void on_events(uint64_t conn_id, uint32_t events);
   bool read_input(Connection& c);    // false when the connection was closed
   bool parse_frames(Connection& c);  // false when the connection was closed
@@ -79,7 +91,7 @@ class StoreServer final : public TCPStoreServer {
   // Completes `w` if all its keys exist, else parks it under the first missing one.
   void advance(const std::shared_ptr<Waiter>& w);
   void complete(Connection& c, const Waiter& w);
-  void unpark(const Waiter& w);
+  void unpark(Waiter& w);
   void drop_waits(Connection& c);
   void put(const std::string& key, Bytes value);
 
@@ -87,13 +99,16 @@ class StoreServer final : public TCPStoreServer {
   size_t max_connections_;
   net::Listener listener_;
   uint16_t port_;
-  net::Fd spare_fd_;  // closed to accept-and-drop when out of descriptors
+  net::Fd spare_fd_;                // closed to accept-and-drop when out of descriptors
+  bool accept_paused_ = false;      // the listener is out of epoll
+  size_t dropped_connections_ = 0;  // since the last log line
+  std::chrono::steady_clock::time_point next_drop_log_{};  // rate limit of that line
   net::EpollLoop loop_;
   std::unordered_map<uint64_t, std::unique_ptr<Connection>> conns_;
   std::vector<uint64_t> dirty_;
   uint64_t next_conn_id_ = 1;
   std::unordered_map<std::string, Bytes> data_;
-  std::unordered_map<std::string, std::vector<std::shared_ptr<Waiter>>> parked_;
+  std::unordered_map<std::string, WaiterList> parked_;
   std::thread thread_;
   bool stopped_ = false;  // owner thread only
 };
