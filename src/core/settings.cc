@@ -82,6 +82,10 @@ constexpr auto kSettings = std::to_array<Setting>({
     {"TDIST_STORE_MAX_VALUE_BYTES", "268435456",
      "largest value a TCPStore server accepts, in bytes (256 MiB; at most 4 GiB - 2 MiB)",
      SettingType::kInt, 0, kMaxStoreValue},
+    {"TDIST_STORE_MAX_WAITS_PER_CONNECTION", "1024",
+     "most get/wait/multi_get requests one client connection may have waiting for keys in a "
+     "TCPStore server at once",
+     SettingType::kInt, 1, 1 << 24},
     {"TDIST_STORE_TIMEOUT", "300", "default seconds a store get/wait blocks before TimeoutError",
      SettingType::kSeconds, 0, kYear},
     {"TDIST_TERM_TIMEOUT", "30",

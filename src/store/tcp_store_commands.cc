@@ -170,6 +170,18 @@ void StoreServer::park_or_complete(Connection& c, uint32_t request_id, Command c
   if (c.waits.contains(request_id)) {
     TDIST_THROW(PeerError, "request id ", request_id, " is already waiting");
   }
+  if (c.waits.size() >= max_waits_per_connection_ &&
+      !std::all_of(keys.begin(), keys.end(),
+                   [this](const std::string& k) { return data_.contains(k); })) {
+    reply(c, request_id, Status::kError)
+        .bytes(
+            std::string_view(detail::str_cat(c.waits.size(),
+                                             " requests already wait on this connection, the most "
+                                             "TDIST_STORE_MAX_WAITS_PER_CONNECTION=",
+                                             max_waits_per_connection_, " allows")))
+        .finish();
+    return;
+  }
   auto w = std::make_shared<Waiter>(Waiter{c.id, request_id, command, std::move(keys)});
   c.waits.emplace(request_id, w);
   advance(w);
@@ -211,6 +223,21 @@ void StoreServer::advance(const std::shared_ptr<Waiter>& w) {
 }
 
 void StoreServer::complete(Connection& c, const Waiter& w) {
+  // The reply's size is known before it is built: one too large for a frame (a MULTI_GET
+  // naming a large value many times) is refused instead, and nothing is built.
+  if (w.command == Command::kMultiGet) {
+    size_t bytes = store_wire::kHeaderBytes - store_wire::kLengthBytes + 4;
+    for (const auto& k : w.keys) bytes += 4 + data_.at(k).size();
+    if (bytes > limits_.max_frame_bytes()) {
+      reply(c, w.request_id, Status::kError)
+          .bytes(std::string_view(
+              detail::str_cat("the reply to this multi_get of ", w.keys.size(), " keys would be ",
+                              bytes, " bytes, over the frame limit of ", limits_.max_frame_bytes(),
+                              " (TDIST_STORE_MAX_VALUE_BYTES + 1 MiB)")))
+          .finish();
+      return;
+    }
+  }
   FrameWriter out = reply(c, w.request_id);
   if (w.command == Command::kGet) {
     out.bytes(data_.at(w.keys[0]));

@@ -47,8 +47,9 @@ void raise_descriptor_limit(size_t needed) {
 
 StoreServer::StoreServer(const std::string& host, uint16_t port)
     : limits_(store_wire::Limits::from_settings()),
-      max_connections_(
-          static_cast<size_t>(std::max<int64_t>(1, setting_int("TDIST_STORE_MAX_CONNECTIONS")))) {
+      max_connections_(static_cast<size_t>(setting_int("TDIST_STORE_MAX_CONNECTIONS"))),
+      max_waits_per_connection_(
+          static_cast<size_t>(setting_int("TDIST_STORE_MAX_WAITS_PER_CONNECTION"))) {
   raise_descriptor_limit(max_connections_ + kSpareDescriptors);
   listener_ = net::listen_tcp(host, port);
   port_ = listener_.port();
@@ -168,6 +169,7 @@ bool StoreServer::read_input(Connection& c) {
       total += static_cast<size_t>(n);
       c.in.insert(c.in.end(), chunk, chunk + n);
       if (!parse_frames(c)) return false;
+      if (output_paused(c)) break;  // the client is not reading its replies
       continue;
     }
     if (n == 0) {
@@ -190,9 +192,17 @@ bool StoreServer::read_input(Connection& c) {
   return true;
 }
 
+bool StoreServer::output_paused(const Connection& c) const {
+  return c.out.size() - c.out_start > kPauseReadingBytes;
+}
+
 bool StoreServer::parse_frames(Connection& c) {
+  c.parsing = true;  // reset on the way out; every `return false` closed (destroyed) c
   size_t pos = 0;
-  while (c.in.size() - pos >= kLengthBytes) {
+  // While its unsent replies exceed the pause threshold, a connection's further requests
+  // wait in its input (and it is not read): pipelined requests cannot grow the replies
+  // without bound. flush() resumes parsing once the client has read them.
+  while (c.in.size() - pos >= kLengthBytes && !output_paused(c)) {
     uint32_t length = store_wire::peek_length(c.in.data() + pos);
     if (length < kHeaderBytes - kLengthBytes) {
       close_connection(
@@ -234,6 +244,7 @@ bool StoreServer::parse_frames(Connection& c) {
     pos += kLengthBytes + length;
   }
   c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>(pos));
+  c.parsing = false;
   return true;
 }
 
@@ -275,6 +286,9 @@ void StoreServer::flush(Connection& c) {
     c.out.erase(c.out.begin(), c.out.begin() + static_cast<std::ptrdiff_t>(c.out_start));
     c.out_start = 0;
   }
+  // Requests held back while the replies were over the threshold (parse_frames; not from
+  // inside it, which flushes a last reply before closing).
+  if (!c.parsing && !c.in.empty() && !output_paused(c) && !parse_frames(c)) return;  // closed
   update_interest(c);
 }
 

@@ -51,8 +51,9 @@ struct Connection {
   std::vector<uint8_t> in;   // bytes received, not yet parsed
   std::vector<uint8_t> out;  // replies not yet written, from out_start on
   size_t out_start = 0;
-  uint32_t events = 0;  // interest currently registered with epoll
-  bool dirty = false;   // in StoreServer::dirty_
+  uint32_t events = 0;   // interest currently registered with epoll
+  bool dirty = false;    // in StoreServer::dirty_
+  bool parsing = false;  // inside parse_frames (flush then does not parse again)
   std::unordered_map<uint32_t, std::shared_ptr<Waiter>> waits;  // parked, by request id
 };
 
@@ -72,6 +73,8 @@ class StoreServer final : public TCPStoreServer {
   void on_events(uint64_t conn_id, uint32_t events);
   bool read_input(Connection& c);    // false when the connection was closed
   bool parse_frames(Connection& c);  // false when the connection was closed
+  // Its unsent replies are over the pause threshold: neither read nor parse its requests.
+  bool output_paused(const Connection& c) const;
   void flush(Connection& c);
   void flush_dirty();
   void update_interest(Connection& c);
@@ -97,6 +100,7 @@ class StoreServer final : public TCPStoreServer {
 
   store_wire::Limits limits_;
   size_t max_connections_;
+  size_t max_waits_per_connection_;  // parked GET/WAIT/MULTI_GET requests per connection
   net::Listener listener_;
   uint16_t port_;
   net::Fd spare_fd_;                // closed to accept-and-drop when out of descriptors

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -263,6 +264,10 @@ TEST_F(TCPStoreAbuse, OversizedFrame) {
 // the single server thread answered nobody).
 TEST_F(TCPStoreAbuse, ClosingWithManyParkedWaitsIsCheap) {
   constexpr uint32_t kWaits = 200'000;
+  ::setenv("TDIST_STORE_MAX_WAITS_PER_CONNECTION", "1000000", 1);
+  server_ = TCPStoreServer::start("127.0.0.1", 0);
+  ::unsetenv("TDIST_STORE_MAX_WAITS_PER_CONNECTION");
+  good_ = connect(server_->port());
   net::Fd bad = raw();
   std::vector<uint8_t> frames;
   const std::vector<std::string> never = {"never"};
@@ -281,6 +286,93 @@ TEST_F(TCPStoreAbuse, ClosingWithManyParkedWaitsIsCheap) {
   EXPECT_LT(Clock::now() - start, 5s);         // O(N^2) took minutes here; O(N) milliseconds
   good_->set("never", std::string_view("x"));  // wakes nobody: the waits are gone
   EXPECT_EQ(get_text(*good_, "never"), "x");
+}
+
+// Reads one reply frame from `fd`: its header, then its payload into `payload`.
+store_wire::FrameHeader read_reply(int fd, std::vector<uint8_t>* payload) {
+  uint8_t header[store_wire::kHeaderBytes];
+  net::read_full(fd, header, sizeof(header), Deadline::after(kShort), "server");
+  const store_wire::FrameHeader h = store_wire::decode_header(header);
+  payload->resize(h.payload_size());
+  net::read_full(fd, payload->data(), payload->size(), Deadline::after(kShort), "server");
+  return h;
+}
+
+// A connection may park only so many waits; the one over the cap is refused with a reason,
+// and the connection and every other client go on.
+TEST_F(TCPStoreAbuse, ParkedWaitsPerConnectionAreCapped) {
+  ::setenv("TDIST_STORE_MAX_WAITS_PER_CONNECTION", "4", 1);
+  server_ = TCPStoreServer::start("127.0.0.1", 0);
+  ::unsetenv("TDIST_STORE_MAX_WAITS_PER_CONNECTION");
+  good_ = connect(server_->port());
+  net::Fd bad = raw();
+  std::vector<uint8_t> frames;
+  for (uint32_t id = 1; id <= 5; ++id) {
+    FrameWriter(frames, static_cast<uint8_t>(store_wire::Command::kWait), id)
+        .keys({"missing" + std::to_string(id)})
+        .finish();
+  }
+  FrameWriter(frames, static_cast<uint8_t>(store_wire::Command::kPing), 6).finish();
+  send_bytes(bad.get(), frames);
+  std::vector<uint8_t> payload;
+  store_wire::FrameHeader h = read_reply(bad.get(), &payload);  // the 5th WAIT, refused
+  EXPECT_EQ(h.request_id, 5u);
+  EXPECT_EQ(h.code, static_cast<uint8_t>(store_wire::Status::kError));
+  const std::string why(payload.begin() + 4, payload.end());
+  EXPECT_NE(why.find("TDIST_STORE_MAX_WAITS_PER_CONNECTION=4"), std::string::npos) << why;
+  EXPECT_EQ(read_reply(bad.get(), &payload).request_id, 6u);  // still served
+  good_->set("missing1", std::string_view("1"));              // completes the first WAIT
+  EXPECT_EQ(read_reply(bad.get(), &payload).request_id, 1u);
+  EXPECT_EQ(get_text(*good_, "missing1"), "1");
+}
+
+// A MULTI_GET whose reply would exceed a frame is refused before the reply is built.
+TEST(TCPStore, MultiGetReplyIsBoundedBeforeItIsBuilt) {
+  ::setenv("TDIST_STORE_MAX_VALUE_BYTES", "1024", 1);
+  auto server = TCPStoreServer::start("127.0.0.1", 0);
+  auto a = connect(server->port());
+  ::unsetenv("TDIST_STORE_MAX_VALUE_BYTES");
+  a->set("big", std::string(1024, 'b'));
+  const std::vector<std::string> many(2000, "big");  // 2 MB of reply, over 1 MiB + 1 KiB
+  std::string what = error_of<InvalidArgument>([&] { a->multi_get(many); });
+  EXPECT_NE(what.find("would be"), std::string::npos) << what;
+  EXPECT_NE(what.find("over the frame limit"), std::string::npos) << what;
+  EXPECT_EQ(a->multi_get(std::vector<std::string>(10, "big")).size(), 10u);
+}
+
+long rss_kib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return 0;
+}
+
+// Pipelined GETs whose replies the client does not read stop being answered at the pause
+// threshold (64 MiB), instead of building every reply; they are all answered once the
+// client reads.
+TEST_F(TCPStoreAbuse, PipelinedGetsHonourTheReadPause) {
+  constexpr uint32_t kGets = 200;  // 200 MiB of replies
+  good_->set("mib", std::string(1 << 20, 'm'));
+  net::Fd bad = raw();
+  std::vector<uint8_t> frames;
+  for (uint32_t id = 1; id <= kGets; ++id) {
+    FrameWriter(frames, static_cast<uint8_t>(store_wire::Command::kGet), id)
+        .bytes(std::string_view("mib"))
+        .finish();
+  }
+  const long before = rss_kib();
+  send_bytes(bad.get(), frames);
+  std::this_thread::sleep_for(200ms);          // the server reads the whole burst at once
+  EXPECT_EQ(get_text(*good_, "before"), "1");  // and serves others meanwhile
+  const long grown_mib = (rss_kib() - before) / 1024;
+  EXPECT_LT(grown_mib, 140) << "the server built " << grown_mib << " MiB of replies";
+  std::vector<uint8_t> payload;
+  for (uint32_t id = 1; id <= kGets; ++id) {
+    ASSERT_EQ(read_reply(bad.get(), &payload).request_id, id);
+    ASSERT_EQ(payload.size(), 4u + (1u << 20));
+  }
 }
 
 TEST_F(TCPStoreAbuse, KeyOverTheLimit) {
