@@ -95,6 +95,11 @@ struct TCPStore::Impl {
             h.version != store_wire::kVersion) {
           fail("the store at " + peer + " sent a malformed reply");
         }
+        if (h.length > limits.max_frame_bytes()) {  // announced: nothing reserved for it
+          fail(detail::str_cat("the store at ", peer, " announced a reply of ", h.length,
+                               " bytes, over this client's frame limit of ",
+                               limits.max_frame_bytes(), " (TDIST_STORE_MAX_VALUE_BYTES + 1 MiB)"));
+        }
         if (in.size() >= total) {
           Reply r{static_cast<Status>(h.code), h.request_id,
                   std::vector<uint8_t>(in.begin() + store_wire::kHeaderBytes,

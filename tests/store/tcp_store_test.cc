@@ -549,6 +549,28 @@ TEST(TCPStore, OutOfDescriptorsDropsNewClientsWithoutSpinning) {
   EXPECT_EXIT(std::_Exit(out_of_descriptors_run()), ::testing::ExitedWithCode(0), "");
 }
 
+// A client does not trust the reply size a server announces: over its frame limit, the
+// connection fails with a PeerError saying so, and nothing is reserved for it.
+TEST(TCPStore, ClientRefusesAnAnnouncedReplyOverTheFrameLimit) {
+  net::Listener fake = net::listen_tcp("127.0.0.1", 0);
+  std::thread server([&] {
+    if (!net::wait_fd(fake.fd.get(), POLLIN, Deadline::after(kShort))) return;
+    int error = 0;
+    net::Fd c = net::accept_tcp(fake.fd.get(), &error);
+    if (!c || !net::wait_fd(c.get(), POLLIN, Deadline::after(kShort))) return;
+    std::vector<uint8_t> request(64);
+    (void)::recv(c.get(), request.data(), request.size(), 0);  // the client's first request
+    const std::vector<uint8_t> header = {0xf0, 0xff, 0xff, 0xff, store_wire::kVersion,
+                                         0,    1,    0,    0,    0};
+    net::write_full(c.get(), header.data(), header.size(), Deadline::after(kShort), "client");
+    std::this_thread::sleep_for(500ms);
+  });
+  std::string what =
+      error_of<PeerError>([&] { connect(fake.port())->get("k", Deadline::after(kShort)); });
+  server.join();
+  EXPECT_NE(what.find("announced a reply of 4294967280 bytes"), std::string::npos) << what;
+}
+
 TEST(TCPStore, MaxConnectionsIsRespected) {
   ::setenv("TDIST_STORE_MAX_CONNECTIONS", "2", 1);
   auto server = TCPStoreServer::start("127.0.0.1", 0);
