@@ -75,6 +75,10 @@ constexpr auto kSettings = std::to_array<Setting>({
     {"TDIST_STORE_CONNECT_TIMEOUT", "300",
      "seconds a store client keeps retrying to connect before it gives up", SettingType::kSeconds,
      0, kYear},
+    {"TDIST_STORE_FRAME_TIMEOUT", "30",
+     "seconds a TCPStore client may take to send one whole request; a connection holding a "
+     "half-sent request longer is closed (0 = no limit)",
+     SettingType::kSeconds, 0, kYear},
     {"TDIST_STORE_MAX_CONNECTIONS", "65536",
      "most client connections a TCPStore server accepts at once", SettingType::kInt, 1, 1 << 24},
     {"TDIST_STORE_MAX_KEY_BYTES", "4096", "largest key a TCPStore server accepts, in bytes",

@@ -5,6 +5,8 @@
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -49,12 +51,14 @@ StoreServer::StoreServer(const std::string& host, uint16_t port)
     : limits_(store_wire::Limits::from_settings()),
       max_connections_(static_cast<size_t>(setting_int("TDIST_STORE_MAX_CONNECTIONS"))),
       max_waits_per_connection_(
-          static_cast<size_t>(setting_int("TDIST_STORE_MAX_WAITS_PER_CONNECTION"))) {
+          static_cast<size_t>(setting_int("TDIST_STORE_MAX_WAITS_PER_CONNECTION"))),
+      frame_timeout_(setting_seconds("TDIST_STORE_FRAME_TIMEOUT")) {
   raise_descriptor_limit(max_connections_ + kSpareDescriptors);
   listener_ = net::listen_tcp(host, port);
   port_ = listener_.port();
   spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   loop_.add(listener_.fd.get(), EPOLLIN, [this](uint32_t) { on_accept(); });
+  if (frame_timeout_.count() > 0) start_frame_timer();
   loop_.set_after_batch([this] { flush_dirty(); });
   thread_ = std::thread([this] {
     try {
@@ -67,6 +71,28 @@ StoreServer::StoreServer(const std::string& host, uint16_t port)
 }
 
 StoreServer::~StoreServer() { stop(); }
+
+void StoreServer::start_frame_timer() {
+  // Ticks a quarter of the timeout apart (between 10 ms and 1 s): a half-sent frame is
+  // closed within 1.25 timeouts.
+  using std::chrono::milliseconds;
+  const milliseconds tick =
+      std::clamp<milliseconds>(frame_timeout_ / 4, milliseconds(10), std::chrono::seconds(1));
+  timer_fd_.reset(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+  if (!timer_fd_) {
+    TDIST_THROW(Error, "TCPStore server: timerfd_create failed: ", net::errno_text(errno));
+  }
+  itimerspec spec{};
+  spec.it_interval.tv_sec = tick.count() / 1000;
+  spec.it_interval.tv_nsec = (tick.count() % 1000) * 1'000'000;
+  spec.it_value = spec.it_interval;
+  ::timerfd_settime(timer_fd_.get(), 0, &spec, nullptr);
+  loop_.add(timer_fd_.get(), EPOLLIN, [this](uint32_t) {
+    uint64_t expirations = 0;
+    (void)!::read(timer_fd_.get(), &expirations, sizeof(expirations));
+    close_stalled_frames();
+  });
+}
 
 void StoreServer::stop() {
   if (stopped_) return;
@@ -244,8 +270,33 @@ bool StoreServer::parse_frames(Connection& c) {
     pos += kLengthBytes + length;
   }
   c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>(pos));
+  if (c.in.empty()) {
+    c.partial_since.reset();
+  } else if (pos > 0 || !c.partial_since) {  // a new frame began to arrive
+    c.partial_since = std::chrono::steady_clock::now();
+  }
   c.parsing = false;
   return true;
+}
+
+void StoreServer::close_stalled_frames() {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<uint64_t> stalled;
+  for (const auto& [id, c] : conns_) {
+    // Requests held back by the read pause are whole frames: not the client's delay.
+    if (c->partial_since && !output_paused(*c) && now - *c->partial_since > frame_timeout_) {
+      stalled.push_back(id);
+    }
+  }
+  for (uint64_t id : stalled) {
+    const Connection* c = find(id);
+    if (c == nullptr) continue;
+    close_connection(
+        id,
+        detail::str_cat("a request stayed half-sent for over ", frame_timeout_.count() / 1000.0,
+                        " s (", c->in.size(), " bytes of it arrived; TDIST_STORE_FRAME_TIMEOUT)"),
+        /*warn=*/true);
+  }
 }
 
 void StoreServer::mark_dirty(Connection& c) {

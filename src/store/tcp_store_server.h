@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -54,6 +55,8 @@ struct Connection {
   uint32_t events = 0;   // interest currently registered with epoll
   bool dirty = false;    // in StoreServer::dirty_
   bool parsing = false;  // inside parse_frames (flush then does not parse again)
+  // When the incomplete request frame in `in` began to arrive (none: no partial frame).
+  std::optional<std::chrono::steady_clock::time_point> partial_since;
   std::unordered_map<uint32_t, std::shared_ptr<Waiter>> waits;  // parked, by request id
 };
 
@@ -79,6 +82,9 @@ class StoreServer final : public TCPStoreServer {
   void flush_dirty();
   void update_interest(Connection& c);
   void close_connection(uint64_t conn_id, const std::string& reason, bool warn);
+  // Closes the connections whose partial frame is older than frame_timeout_ (timer tick).
+  void close_stalled_frames();
+  void start_frame_timer();
   Connection* find(uint64_t conn_id);
   void mark_dirty(Connection& c);
 
@@ -103,9 +109,11 @@ class StoreServer final : public TCPStoreServer {
   size_t max_waits_per_connection_;  // parked GET/WAIT/MULTI_GET requests per connection
   net::Listener listener_;
   uint16_t port_;
-  net::Fd spare_fd_;                // closed to accept-and-drop when out of descriptors
-  bool accept_paused_ = false;      // the listener is out of epoll
-  size_t dropped_connections_ = 0;  // since the last log line
+  std::chrono::milliseconds frame_timeout_;  // TDIST_STORE_FRAME_TIMEOUT; 0 = none
+  net::Fd timer_fd_;                         // ticks close_stalled_frames
+  net::Fd spare_fd_;                         // closed to accept-and-drop when out of descriptors
+  bool accept_paused_ = false;               // the listener is out of epoll
+  size_t dropped_connections_ = 0;           // since the last log line
   std::chrono::steady_clock::time_point next_drop_log_{};  // rate limit of that line
   net::EpollLoop loop_;
   std::unordered_map<uint64_t, std::unique_ptr<Connection>> conns_;

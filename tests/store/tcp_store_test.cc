@@ -571,6 +571,37 @@ TEST(TCPStore, ClientRefusesAnAnnouncedReplyOverTheFrameLimit) {
   EXPECT_NE(what.find("announced a reply of 4294967280 bytes"), std::string::npos) << what;
 }
 
+// A request that stays half-sent past TDIST_STORE_FRAME_TIMEOUT closes its connection (so
+// many connections cannot each hold a frame just under the limit forever); an idle
+// connection with nothing half-sent stays.
+TEST(TCPStore, HalfSentRequestIsClosedAfterTheFrameTimeout) {
+  ::setenv("TDIST_STORE_FRAME_TIMEOUT", "0.5", 1);
+  auto server = TCPStoreServer::start("127.0.0.1", 0);
+  auto good = connect(server->port());
+  ::unsetenv("TDIST_STORE_FRAME_TIMEOUT");
+  auto raw = [&] { return net::connect_tcp("127.0.0.1", server->port(), Deadline::after(kShort)); };
+  net::Fd slow = raw();
+  net::Fd idle = raw();
+  std::vector<uint8_t> frame;
+  FrameWriter(frame, static_cast<uint8_t>(store_wire::Command::kSet), 1)
+      .bytes(std::string_view("slow"))
+      .bytes(std::string(1000, 'v'))
+      .finish();
+  net::write_full(slow.get(), frame.data(), 100, Deadline::after(kShort), "server");
+  const auto start = Clock::now();
+  EXPECT_TRUE(closed_by_peer(slow.get(), Deadline::after(kShort)));
+  EXPECT_GE(Clock::now() - start, 400ms);  // not before its time
+  std::vector<uint8_t> ping;
+  FrameWriter(ping, static_cast<uint8_t>(store_wire::Command::kPing), 9).finish();
+  net::write_full(idle.get(), ping.data(), ping.size(), Deadline::after(kShort), "server");
+  uint8_t header[store_wire::kHeaderBytes];
+  net::read_full(idle.get(), header, sizeof(header), Deadline::after(kShort), "server");
+  EXPECT_EQ(store_wire::decode_header(header).request_id, 9u);
+  good->set("k", std::string_view("v"));
+  EXPECT_EQ(get_text(*good, "k"), "v");
+  EXPECT_FALSE(good->check({"slow"}));
+}
+
 TEST(TCPStore, MaxConnectionsIsRespected) {
   ::setenv("TDIST_STORE_MAX_CONNECTIONS", "2", 1);
   auto server = TCPStoreServer::start("127.0.0.1", 0);
