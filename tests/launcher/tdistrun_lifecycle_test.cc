@@ -114,6 +114,35 @@ TEST_F(TdistrunTest, SigkilledLauncherTakesItsWorkersAlong) {
   for (pid_t pid : pids) EXPECT_FALSE(alive(pid)) << pid;
 }
 
+// The workers' own children go too: the watchdog kills each worker's process group once the
+// launcher is gone (PDEATHSIG reaches only the workers themselves).
+TEST_F(TdistrunTest, SigkilledLauncherTakesTheWorkersChildrenAlong) {
+  const std::string script =
+      "sleep 300 & echo $! > \"$OUT/$RANK.tmp\" && mv \"$OUT/$RANK.tmp\" \"$OUT/$RANK.child\"; "
+      "wait";
+  Process launcher(dir_, tdistrun({"--nproc-per-node", "2", "/bin/sh", "-c", script}),
+                   env({"OUT=" + dir_.string()}));
+  const auto deadline = Clock::now() + kJobLimit;
+  while (!(fs::exists(dir_ / "0.child") && fs::exists(dir_ / "1.child")) &&
+         Clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(fs::exists(dir_ / "0.child") && fs::exists(dir_ / "1.child")) << launcher.err();
+  const std::vector<pid_t> grandchildren = {std::stoi(read_file(dir_ / "0.child")),
+                                            std::stoi(read_file(dir_ / "1.child"))};
+  for (pid_t pid : grandchildren) ASSERT_TRUE(alive(pid)) << pid;
+  ASSERT_EQ(::kill(launcher.pid(), SIGKILL), 0);
+  EXPECT_EQ(launcher.wait(2s), 128 + SIGKILL);
+  const auto gone_by = Clock::now() + 1s;
+  bool any_alive = true;
+  while (any_alive && Clock::now() < gone_by) {
+    any_alive = alive(grandchildren[0]) || alive(grandchildren[1]);
+    if (any_alive) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_FALSE(any_alive) << "a worker's child outlived the launcher by 1 s";
+  EXPECT_TRUE(no_children_within(2s));
+}
+
 TEST_F(TdistrunTest, Sigusr1IsForwardedToTheWorkers) {
   // A shell worker that exits 0 once SIGUSR1 arrives; it says it is ready after the trap.
   const std::string script =

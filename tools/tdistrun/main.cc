@@ -11,6 +11,7 @@
 #include "tdistrun/agent.h"
 #include "tdistrun/options.h"
 #include "tdistrun/signals.h"
+#include "tdistrun/watchdog.h"
 
 namespace {
 
@@ -52,7 +53,10 @@ int main(int argc, char** argv) {
     }
     // A bad TDIST_* value is refused before any worker starts (the workers would inherit it).
     tdist::check_settings();
-    return run_agent(parsed.options);
+    watchdog::start();  // before any thread exists: it is forked
+    const int code = run_agent(parsed.options);
+    watchdog::finish();
+    return code;
   } catch (const UsageError& e) {
     print(stderr, std::string(e.what()) + "\n");
     return 2;

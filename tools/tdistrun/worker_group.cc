@@ -21,6 +21,7 @@
 #include "net/fd.h"
 #include "tdist/error.h"
 #include "tdistrun/signals.h"
+#include "tdistrun/watchdog.h"
 
 namespace tdist::launcher {
 namespace {
@@ -197,6 +198,7 @@ void WorkerGroup::spawn(Worker& worker) {
   if (pid == 0) exec_child(plan);
   // Also from here, so a stop() right after start() already finds the group.
   ::setpgid(pid, pid);
+  watchdog::watch(pid);  // its group dies with the launcher, even a SIGKILLed one
   worker.pid = pid;
   worker.running = true;
 }
@@ -229,6 +231,7 @@ void WorkerGroup::stop(int sig, std::chrono::milliseconds grace) {
   signal_groups(SIGKILL);
   reap(/*block=*/true);
   for (Worker& worker : workers_) {
+    if (worker.pid > 0) watchdog::forget(worker.pid);
     if (worker.out) worker.out->close();
     if (worker.err) worker.err->close();
   }
