@@ -143,6 +143,37 @@ TEST_F(TdistrunTest, SigkilledLauncherTakesTheWorkersChildrenAlong) {
   EXPECT_TRUE(no_children_within(2s));
 }
 
+// Two failures reaped in one pass are ordered by when they happened: rank 1 fails first (its
+// error file says when), rank 0 later; the launcher, stopped meanwhile, reaps both at once,
+// rank 0 first. The summary still names rank 1 as the root cause, and exits with its code.
+TEST_F(TdistrunTest, RootCauseIsTheFirstFailureEvenWhenReapedTogether) {
+  const std::string script =
+      "touch \"$OUT/$RANK.ready\"; while [ ! -e \"$OUT/go\" ]; do sleep 0.01; done; "
+      "if [ \"$RANK\" = 1 ]; then "
+      "  echo '{\"message\": \"rank 1 broke first\"}' > \"$TORCHELASTIC_ERROR_FILE\"; exit 3; "
+      "fi; "
+      "sleep 0.3; echo '{\"message\": \"rank 0 followed\"}' > \"$TORCHELASTIC_ERROR_FILE\"; "
+      "exit 4";
+  Process launcher(dir_, tdistrun({"--nproc-per-node", "2", "/bin/sh", "-c", script}),
+                   env({"OUT=" + dir_.string()}));
+  const auto deadline = Clock::now() + kJobLimit;
+  while (!(fs::exists(dir_ / "0.ready") && fs::exists(dir_ / "1.ready")) &&
+         Clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(fs::exists(dir_ / "0.ready") && fs::exists(dir_ / "1.ready")) << launcher.err();
+  ASSERT_EQ(::kill(launcher.pid(), SIGSTOP), 0);
+  std::ofstream(dir_ / "go").put('\n');
+  std::this_thread::sleep_for(1s);  // both fail while the launcher cannot reap them
+  ASSERT_EQ(::kill(launcher.pid(), SIGCONT), 0);
+  EXPECT_EQ(launcher.wait(kJobLimit), 3) << launcher.err();
+  const std::string err = launcher.err();
+  const size_t root = err.find("Root cause");
+  ASSERT_NE(root, std::string::npos) << err;
+  EXPECT_LT(err.find("rank 1 broke first", root), err.find("rank 0 followed", root)) << err;
+  EXPECT_TRUE(no_children_within(2s));
+}
+
 TEST_F(TdistrunTest, Sigusr1IsForwardedToTheWorkers) {
   // A shell worker that exits 0 once SIGUSR1 arrives; it says it is ready after the trap.
   const std::string script =

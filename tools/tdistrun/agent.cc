@@ -278,6 +278,8 @@ class Agent {
       }
       r.error_file = error_files_[static_cast<size_t>(e.local_rank)];
       std::tie(r.error, r.traceback) = read_error_file(r.error_file);
+      const int64_t written = error_file_time_us(r.error_file);
+      if (written > 0 && written < r.time_us) r.time_us = written;  // it failed then
       r.stderr_tail = group.stderr_tail(e.local_rank, kTailLines);
       say("worker rank " + std::to_string(r.global_rank) + " (local rank " +
           std::to_string(r.local_rank) + ") failed with " +

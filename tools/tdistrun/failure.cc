@@ -1,6 +1,8 @@
 // Failure records, torch's error files and the final failure summary (failure.h).
 #include "tdistrun/failure.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
@@ -181,6 +183,12 @@ FailureRecord parse_failure(const std::string& text) {
   } catch (const InvalidArgument& e) {
     TDIST_THROW(InvalidArgument, "not a failure record: ", e.what());
   }
+}
+
+int64_t error_file_time_us(const std::string& path) {
+  struct stat st {};
+  if (path.empty() || ::stat(path.c_str(), &st) != 0 || st.st_size == 0) return 0;
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000 + st.st_mtim.tv_nsec / 1000;
 }
 
 std::pair<std::string, std::string> read_error_file(const std::string& path) {

@@ -46,6 +46,11 @@ FailureRecord parse_failure(const std::string& text);
 // (Python's "Type: text"). A missing, empty or malformed file gives {"", ""}.
 std::pair<std::string, std::string> read_error_file(const std::string& path);
 
+// When the error file at `path` was last written (unix time, microseconds); 0 when there is
+// none. A worker that wrote one failed then: the launcher orders failures by it rather than
+// by when it reaped them (two exits reaped in one pass would otherwise be in rank order).
+int64_t error_file_time_us(const std::string& path);
+
 // The text printed on stderr when no restarts remain: a header line with the run id, the
 // number of failed workers and the restarts used, then the root cause (the earliest
 // time_us; ties go to the lower global rank), then the other failures in time order.
