@@ -115,13 +115,16 @@ TEST_F(TdistrunTest, SigkilledLauncherTakesItsWorkersAlong) {
 }
 
 // The workers' own children go too: the watchdog kills each worker's process group once the
-// launcher is gone (PDEATHSIG reaches only the workers themselves).
+// launcher is gone (PDEATHSIG reaches only the workers themselves), and removes the
+// launcher's temporary directory.
 TEST_F(TdistrunTest, SigkilledLauncherTakesTheWorkersChildrenAlong) {
   const std::string script =
       "sleep 300 & echo $! > \"$OUT/$RANK.tmp\" && mv \"$OUT/$RANK.tmp\" \"$OUT/$RANK.child\"; "
       "wait";
+  const fs::path tmp = dir_ / "tmp";  // the launcher's run directory goes here
+  fs::create_directory(tmp);
   Process launcher(dir_, tdistrun({"--nproc-per-node", "2", "/bin/sh", "-c", script}),
-                   env({"OUT=" + dir_.string()}));
+                   env({"OUT=" + dir_.string(), "TMPDIR=" + tmp.string()}));
   const auto deadline = Clock::now() + kJobLimit;
   while (!(fs::exists(dir_ / "0.child") && fs::exists(dir_ / "1.child")) &&
          Clock::now() < deadline) {
@@ -140,7 +143,8 @@ TEST_F(TdistrunTest, SigkilledLauncherTakesTheWorkersChildrenAlong) {
     if (any_alive) std::this_thread::sleep_for(10ms);
   }
   EXPECT_FALSE(any_alive) << "a worker's child outlived the launcher by 1 s";
-  EXPECT_TRUE(no_children_within(2s));
+  EXPECT_TRUE(no_children_within(2s));  // the watchdog too
+  EXPECT_TRUE(fs::is_empty(tmp)) << "the launcher's temporary directory was left behind";
 }
 
 // Two failures reaped in one pass are ordered by when they happened: rank 1 fails first (its

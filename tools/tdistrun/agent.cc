@@ -23,6 +23,7 @@
 #include "tdistrun/failure.h"
 #include "tdistrun/node_rdzv.h"
 #include "tdistrun/signals.h"
+#include "tdistrun/watchdog.h"
 #include "tdistrun/worker_env.h"
 #include "tdistrun/worker_group.h"
 
@@ -95,6 +96,7 @@ class RunDirectory {
     }
     root_ = pattern;
     temporary_ = true;
+    watchdog::remove_on_death(root_.string());  // even a SIGKILLed launcher leaves none
   }
   ~RunDirectory() {
     if (temporary_ && remove_) {
@@ -111,7 +113,10 @@ class RunDirectory {
     fs::create_directories(dir);
     return dir;
   }
-  void keep() { remove_ = false; }
+  void keep() {
+    remove_ = false;
+    if (temporary_) watchdog::remove_on_death("");
+  }
   const fs::path& root() const { return root_; }
 
  private:

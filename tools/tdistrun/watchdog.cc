@@ -9,6 +9,10 @@
 #include <csignal>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <vector>
 
 #include "tdist/error.h"
 
@@ -18,33 +22,43 @@ namespace {
 int g_socket = -1;  // the launcher's end; -1 without a watchdog
 pid_t g_pid = -1;
 
-constexpr int kMaxGroups = 65536;  // more workers than this on one node are not watched
+bool receive(int socket, void* data, size_t size) {
+  for (;;) {
+    const ssize_t n = ::recv(socket, data, size, MSG_WAITALL);
+    if (n == static_cast<ssize_t>(size)) return true;
+    if (n < 0 && errno == EINTR) continue;
+    return false;  // the launcher is gone
+  }
+}
 
-// The watchdog's life, in the forked child: system calls only, no allocation.
+// The watchdog's life, in the forked child (forked before any thread existed, so it may
+// allocate). Messages: a positive int32 watches that group, a negative one forgets it, 0 is
+// followed by a uint32 length and the directory to remove.
 [[noreturn]] void run(int socket) {
   // The launcher handles the terminal's signals; a SIGKILLed launcher is what we wait for.
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) {
     ::signal(sig, SIG_IGN);
   }
-  static pid_t groups[kMaxGroups];
-  int count = 0;
-  for (;;) {
-    int32_t message = 0;
-    const ssize_t n = ::recv(socket, &message, sizeof(message), MSG_WAITALL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n != static_cast<ssize_t>(sizeof(message))) break;  // the launcher is gone
-    if (message > 0 && count < kMaxGroups) {
-      groups[count++] = message;
+  std::vector<pid_t> groups;
+  std::string directory;
+  int32_t message = 0;
+  while (receive(socket, &message, sizeof(message))) {
+    if (message > 0) {
+      groups.push_back(message);
     } else if (message < 0) {
-      for (int i = 0; i < count; ++i) {
-        if (groups[i] == -message) {
-          groups[i] = groups[--count];
-          break;
-        }
-      }
+      std::erase(groups, -message);
+    } else {
+      uint32_t length = 0;
+      if (!receive(socket, &length, sizeof(length))) break;
+      directory.assign(length, '\0');
+      if (length > 0 && !receive(socket, directory.data(), length)) break;
     }
   }
-  for (int i = 0; i < count; ++i) ::killpg(groups[i], SIGKILL);
+  for (pid_t group : groups) ::killpg(group, SIGKILL);
+  if (!directory.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(directory, ignored);
+  }
   ::_exit(0);
 }
 
@@ -85,6 +99,15 @@ void start() {
 void watch(pid_t group) { tell(static_cast<int32_t>(group)); }
 
 void forget(pid_t group) { tell(-static_cast<int32_t>(group)); }
+
+void remove_on_death(const std::string& directory) {
+  if (g_socket < 0) return;
+  const uint32_t length = static_cast<uint32_t>(directory.size());
+  std::string message(sizeof(int32_t) + sizeof(length), '\0');
+  std::memcpy(message.data() + sizeof(int32_t), &length, sizeof(length));
+  message += directory;
+  (void)!::send(g_socket, message.data(), message.size(), MSG_NOSIGNAL);
+}
 
 void finish() {
   if (g_socket < 0) return;

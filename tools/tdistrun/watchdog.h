@@ -9,10 +9,13 @@
 // sends to the launcher's process group (the launcher handles those) and holds no other
 // descriptor. Without start() (tests driving WorkerGroup directly) the calls do nothing.
 // Thread-safety: start() and finish() on the main thread, before any other thread exists
-// and at exit; watch/forget from the thread that drives the workers.
+// (the watchdog is forked then, so it may allocate) and at exit; the others from the thread
+// that drives the workers.
 #pragma once
 
 #include <sys/types.h>
+
+#include <string>
 
 namespace tdist::launcher::watchdog {
 
@@ -20,6 +23,10 @@ namespace tdist::launcher::watchdog {
 void start();
 void watch(pid_t group);
 void forget(pid_t group);
+// The directory the watchdog removes (recursively) after killing the groups, when the
+// launcher dies without removing it itself; "" = none. The launcher's temporary run
+// directory, so that not even a SIGKILLed launcher leaves one behind.
+void remove_on_death(const std::string& directory);
 // Ends the watchdog (it kills any group still watched) and reaps it.
 void finish();
 
