@@ -79,6 +79,10 @@ constexpr auto kSettings = std::to_array<Setting>({
      "seconds a TCPStore client may take to send one whole request; a connection holding a "
      "half-sent request longer is closed (0 = no limit)",
      SettingType::kSeconds, 0, kYear},
+    {"TDIST_STORE_MAX_BUFFER_BYTES", "1073741824",
+     "bytes a TCPStore server buffers for all its clients together (requests arriving, "
+     "replies unsent); a request or reply over 64 KiB that does not fit is refused (1 GiB)",
+     SettingType::kInt, 1 << 20, int64_t{1} << 50},
     {"TDIST_STORE_MAX_CONNECTIONS", "65536",
      "most client connections a TCPStore server accepts at once", SettingType::kInt, 1, 1 << 24},
     {"TDIST_STORE_MAX_KEY_BYTES", "4096", "largest key a TCPStore server accepts, in bytes",

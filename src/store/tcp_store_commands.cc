@@ -224,19 +224,28 @@ void StoreServer::advance(const std::shared_ptr<Waiter>& w) {
 
 void StoreServer::complete(Connection& c, const Waiter& w) {
   // The reply's size is known before it is built: one too large for a frame (a MULTI_GET
-  // naming a large value many times) is refused instead, and nothing is built.
+  // naming a large value many times), or for the server's buffers while they are full, is
+  // refused instead, and nothing is built.
+  size_t bytes = store_wire::kHeaderBytes;
+  if (w.command == Command::kGet) bytes += 4 + data_.at(w.keys[0]).size();
   if (w.command == Command::kMultiGet) {
-    size_t bytes = store_wire::kHeaderBytes - store_wire::kLengthBytes + 4;
+    bytes += 4;
     for (const auto& k : w.keys) bytes += 4 + data_.at(k).size();
-    if (bytes > limits_.max_frame_bytes()) {
-      reply(c, w.request_id, Status::kError)
-          .bytes(std::string_view(
-              detail::str_cat("the reply to this multi_get of ", w.keys.size(), " keys would be ",
+  }
+  std::string refusal;
+  if (bytes - store_wire::kLengthBytes > limits_.max_frame_bytes()) {
+    refusal = detail::str_cat("the reply to this multi_get of ", w.keys.size(), " keys would be ",
                               bytes, " bytes, over the frame limit of ", limits_.max_frame_bytes(),
-                              " (TDIST_STORE_MAX_VALUE_BYTES + 1 MiB)")))
-          .finish();
-      return;
-    }
+                              " (TDIST_STORE_MAX_VALUE_BYTES + 1 MiB)");
+  } else if (!fits_budget(bytes)) {
+    refusal = detail::str_cat("the server's buffers are full: a reply of ", bytes,
+                              " bytes does not fit (", buffered_, " of ", buffer_budget_,
+                              " bytes in use; TDIST_STORE_MAX_BUFFER_BYTES); try again later");
+  }
+  if (!refusal.empty()) {
+    reply(c, w.request_id, Status::kError).bytes(std::string_view(refusal)).finish();
+    account(c);
+    return;
   }
   FrameWriter out = reply(c, w.request_id);
   if (w.command == Command::kGet) {
@@ -246,6 +255,7 @@ void StoreServer::complete(Connection& c, const Waiter& w) {
     for (const auto& k : w.keys) out.bytes(data_.at(k));
   }
   out.finish();
+  account(c);
 }
 
 void StoreServer::unpark(Waiter& w) {

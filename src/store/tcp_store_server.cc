@@ -31,6 +31,9 @@ using store_wire::kLengthBytes;
 constexpr size_t kReadChunk = 64 * 1024;
 constexpr size_t kMaxReadPerEvent = 4 * 1024 * 1024;     // then let other connections run
 constexpr size_t kPauseReadingBytes = 64 * 1024 * 1024;  // unsent replies that pause input
+// Requests and replies up to this size are never refused for the buffer budget: small
+// traffic (rendezvous keys, counters) goes on while large transfers wait their turn.
+constexpr size_t kAlwaysFits = 64 * 1024;
 constexpr size_t kSpareDescriptors = 64;  // listener, epoll, eventfd, the process's own
 
 // Raises the soft RLIMIT_NOFILE towards the hard limit when `needed` exceeds it.
@@ -52,6 +55,7 @@ StoreServer::StoreServer(const std::string& host, uint16_t port)
       max_connections_(static_cast<size_t>(setting_int("TDIST_STORE_MAX_CONNECTIONS"))),
       max_waits_per_connection_(
           static_cast<size_t>(setting_int("TDIST_STORE_MAX_WAITS_PER_CONNECTION"))),
+      buffer_budget_(static_cast<size_t>(setting_int("TDIST_STORE_MAX_BUFFER_BYTES"))),
       frame_timeout_(setting_seconds("TDIST_STORE_FRAME_TIMEOUT")) {
   raise_descriptor_limit(max_connections_ + kSpareDescriptors);
   listener_ = net::listen_tcp(host, port);
@@ -194,6 +198,7 @@ bool StoreServer::read_input(Connection& c) {
     if (n > 0) {
       total += static_cast<size_t>(n);
       c.in.insert(c.in.end(), chunk, chunk + n);
+      account(c);
       if (!parse_frames(c)) return false;
       if (output_paused(c)) break;  // the client is not reading its replies
       continue;
@@ -224,6 +229,7 @@ bool StoreServer::output_paused(const Connection& c) const {
 
 bool StoreServer::parse_frames(Connection& c) {
   c.parsing = true;  // reset on the way out; every `return false` closed (destroyed) c
+  c.frame_target = 0;
   size_t pos = 0;
   // While its unsent replies exceed the pause threshold, a connection's further requests
   // wait in its input (and it is not read): pipelined requests cannot grow the replies
@@ -244,9 +250,25 @@ bool StoreServer::parse_frames(Connection& c) {
                        /*warn=*/true);
       return false;
     }
-    // Incomplete: wait for more. (No reserve for the announced length: a client that
-    // announces 256 MiB and sends 10 bytes must not cost 256 MiB.)
-    if (c.in.size() - pos < kLengthBytes + length) break;
+    // Incomplete: wait for more. (No memory is reserved for the announced length: a client
+    // that announces 256 MiB and sends 10 bytes must not cost 256 MiB.) The whole of it
+    // counts against the buffer budget, though, so that many half-sent large frames cannot
+    // together exceed it: a large one is taken only while the budget has room for the rest,
+    // checked once, when it begins to arrive.
+    if (c.in.size() - pos < kLengthBytes + length) {
+      const size_t missing = kLengthBytes + length - (c.in.size() - pos);
+      if ((pos > 0 || !c.partial_since) && !fits_budget(missing)) {
+        close_connection(
+            c.id,
+            detail::str_cat("a request of ", length, " bytes does not fit the server's buffers (",
+                            buffered_, " of ", buffer_budget_,
+                            " bytes in use; TDIST_STORE_MAX_BUFFER_BYTES)"),
+            /*warn=*/true);
+        return false;
+      }
+      c.frame_target = kLengthBytes + length;  // its whole size is counted from now on
+      break;
+    }
     store_wire::FrameHeader h = store_wire::decode_header(c.in.data() + pos);
     if (h.version != store_wire::kVersion) {
       std::string why = "protocol version " + std::to_string(h.version) +
@@ -270,6 +292,7 @@ bool StoreServer::parse_frames(Connection& c) {
     pos += kLengthBytes + length;
   }
   c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>(pos));
+  account(c);
   if (c.in.empty()) {
     c.partial_since.reset();
   } else if (pos > 0 || !c.partial_since) {  // a new frame began to arrive
@@ -297,6 +320,16 @@ void StoreServer::close_stalled_frames() {
                         " s (", c->in.size(), " bytes of it arrived; TDIST_STORE_FRAME_TIMEOUT)"),
         /*warn=*/true);
   }
+}
+
+void StoreServer::account(Connection& c) {
+  const size_t now = std::max(c.in.size(), c.frame_target) + (c.out.size() - c.out_start);
+  buffered_ = buffered_ - c.accounted + now;
+  c.accounted = now;
+}
+
+bool StoreServer::fits_budget(size_t bytes) const {
+  return bytes <= kAlwaysFits || buffered_ + bytes <= buffer_budget_;
 }
 
 void StoreServer::mark_dirty(Connection& c) {
@@ -337,6 +370,7 @@ void StoreServer::flush(Connection& c) {
     c.out.erase(c.out.begin(), c.out.begin() + static_cast<std::ptrdiff_t>(c.out_start));
     c.out_start = 0;
   }
+  account(c);
   // Requests held back while the replies were over the threshold (parse_frames; not from
   // inside it, which flushes a last reply before closing).
   if (!c.parsing && !c.in.empty() && !output_paused(c) && !parse_frames(c)) return;  // closed
@@ -363,6 +397,7 @@ void StoreServer::close_connection(uint64_t conn_id, const std::string& reason, 
   }
   drop_waits(c);
   loop_.remove(c.fd.get());
+  buffered_ -= c.accounted;
   conns_.erase(it);
   if (accept_paused_) {  // a descriptor is free again
     if (!spare_fd_) spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));

@@ -55,6 +55,8 @@ struct Connection {
   uint32_t events = 0;   // interest currently registered with epoll
   bool dirty = false;    // in StoreServer::dirty_
   bool parsing = false;  // inside parse_frames (flush then does not parse again)
+  size_t accounted = 0;     // its share of StoreServer::buffered_ (account())
+  size_t frame_target = 0;  // the whole size of the partial frame at the end of `in`, else 0
   // When the incomplete request frame in `in` began to arrive (none: no partial frame).
   std::optional<std::chrono::steady_clock::time_point> partial_since;
   std::unordered_map<uint32_t, std::shared_ptr<Waiter>> waits;  // parked, by request id
@@ -87,6 +89,10 @@ class StoreServer final : public TCPStoreServer {
   void start_frame_timer();
   Connection* find(uint64_t conn_id);
   void mark_dirty(Connection& c);
+  // Brings buffered_ up to date with c's input and unsent output.
+  void account(Connection& c);
+  // Whether `bytes` more may be buffered: always for small amounts, else within the budget.
+  bool fits_budget(size_t bytes) const;
 
   // tcp_store_commands.cc: requests against the map.
   // Handles one frame; throws PeerError for a malformed payload.
@@ -107,6 +113,8 @@ class StoreServer final : public TCPStoreServer {
   store_wire::Limits limits_;
   size_t max_connections_;
   size_t max_waits_per_connection_;  // parked GET/WAIT/MULTI_GET requests per connection
+  size_t buffer_budget_;             // TDIST_STORE_MAX_BUFFER_BYTES
+  size_t buffered_ = 0;              // input and unsent replies of every connection
   net::Listener listener_;
   uint16_t port_;
   std::chrono::milliseconds frame_timeout_;  // TDIST_STORE_FRAME_TIMEOUT; 0 = none

@@ -602,6 +602,66 @@ TEST(TCPStore, HalfSentRequestIsClosedAfterTheFrameTimeout) {
   EXPECT_FALSE(good->check({"slow"}));
 }
 
+// All clients share TDIST_STORE_MAX_BUFFER_BYTES: a large request (counted whole from its
+// first bytes) or reply that does not fit is refused, while small requests go on.
+TEST(TCPStore, BufferBudgetRefusesLargeTransfersOnly) {
+  ::setenv("TDIST_STORE_MAX_BUFFER_BYTES", "8388608", 1);  // 8 MiB
+  ::setenv("TDIST_STORE_MAX_VALUE_BYTES", "4194304", 1);   // 4 MiB
+  auto server = TCPStoreServer::start("127.0.0.1", 0);
+  auto good = connect(server->port());
+  ::unsetenv("TDIST_STORE_MAX_BUFFER_BYTES");
+  ::unsetenv("TDIST_STORE_MAX_VALUE_BYTES");
+  const std::string three_mib(3 << 20, 't');
+  good->set("three", three_mib);
+  good->set("small", std::string_view("ok"));
+  auto raw = [&] { return net::connect_tcp("127.0.0.1", server->port(), Deadline::after(kShort)); };
+  // Replies: three pipelined GETs of 3 MiB, not read: the third does not fit.
+  {
+    net::Fd reader = raw();
+    std::vector<uint8_t> frames;
+    for (uint32_t id = 1; id <= 3; ++id) {
+      FrameWriter(frames, static_cast<uint8_t>(store_wire::Command::kGet), id)
+          .bytes(std::string_view("three"))
+          .finish();
+    }
+    net::write_full(reader.get(), frames.data(), frames.size(), Deadline::after(kShort), "s");
+    EXPECT_EQ(get_text(*good, "small"), "ok");  // small traffic goes on
+    std::vector<uint8_t> payload;
+    for (uint32_t id = 1; id <= 2; ++id) {
+      const store_wire::FrameHeader h = read_reply(reader.get(), &payload);
+      EXPECT_EQ(h.request_id, id);
+      EXPECT_EQ(h.code, static_cast<uint8_t>(store_wire::Status::kOk))
+          << std::string(payload.begin() + 4, payload.end());
+    }
+    const store_wire::FrameHeader h = read_reply(reader.get(), &payload);
+    EXPECT_EQ(h.request_id, 3u);
+    EXPECT_EQ(h.code, static_cast<uint8_t>(store_wire::Status::kError));
+    const std::string why(payload.begin() + 4, payload.end());
+    EXPECT_NE(why.find("TDIST_STORE_MAX_BUFFER_BYTES"), std::string::npos) << why;
+  }
+  // Requests: three half-sent SETs of 3 MiB; the third does not fit and is closed.
+  std::vector<uint8_t> set_frame;
+  FrameWriter(set_frame, static_cast<uint8_t>(store_wire::Command::kSet), 1)
+      .bytes(std::string_view("big"))
+      .bytes(three_mib)
+      .finish();
+  std::vector<net::Fd> senders;
+  for (int i = 0; i < 3; ++i) {
+    senders.push_back(raw());
+    net::write_full(senders.back().get(), set_frame.data(), 1024, Deadline::after(kShort), "s");
+    EXPECT_EQ(get_text(*good, "small"), "ok");  // processed in order
+  }
+  EXPECT_TRUE(closed_by_peer(senders[2].get(), Deadline::after(kShort)));
+  good->set("small", std::string_view("still ok"));
+  EXPECT_EQ(get_text(*good, "small"), "still ok");
+  net::write_full(senders[0].get(), set_frame.data() + 1024, set_frame.size() - 1024,
+                  Deadline::after(kShort), "s");
+  std::vector<uint8_t> payload;
+  EXPECT_EQ(read_reply(senders[0].get(), &payload).code,
+            static_cast<uint8_t>(store_wire::Status::kOk));
+  EXPECT_EQ(get_text(*good, "big").size(), three_mib.size());
+}
+
 TEST(TCPStore, MaxConnectionsIsRespected) {
   ::setenv("TDIST_STORE_MAX_CONNECTIONS", "2", 1);
   auto server = TCPStoreServer::start("127.0.0.1", 0);
