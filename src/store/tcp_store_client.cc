@@ -129,9 +129,19 @@ struct TCPStore::Impl {
   std::optional<Reply> await(uint32_t id, Deadline deadline) {
     while (true) {
       std::optional<Reply> r = read_frame(deadline);
+      if (r && r->request_id == store_wire::kNoticeRequestId && r->status == Status::kError) {
+        PayloadReader reader(r->payload, store_wire::Limits{UINT32_MAX, UINT32_MAX});
+        fail("the store at " + peer + " refused this connection: " + reader.message());
+      }
       if (!r || r->request_id == id) return r;
       TDIST_LOG(kDebug) << "TCPStore: discarding a stale reply to request " << r->request_id;
     }
+  }
+
+  // The next request id (caller holds mu); never kNoticeRequestId, even after wrapping.
+  uint32_t take_id() {
+    if (next_id == store_wire::kNoticeRequestId) ++next_id;
+    return next_id++;
   }
 
   static void check_status(const Reply& r, const char* op) {
@@ -144,7 +154,7 @@ struct TCPStore::Impl {
   Reply call(Command command, const std::function<void(FrameWriter&)>& body, const char* op,
              std::chrono::milliseconds timeout) {
     std::lock_guard<std::mutex> lock(mu);
-    uint32_t id = next_id++;
+    uint32_t id = take_id();
     std::vector<uint8_t> frame;
     FrameWriter w(frame, static_cast<uint8_t>(command), id);
     body(w);
@@ -166,7 +176,7 @@ struct TCPStore::Impl {
                       Deadline deadline) {
     const auto start = Clock::now();
     std::lock_guard<std::mutex> lock(mu);
-    uint32_t id = next_id++;
+    uint32_t id = take_id();
     std::vector<uint8_t> frame;
     FrameWriter w(frame, static_cast<uint8_t>(command), id);
     if (command == Command::kGet) {
@@ -184,7 +194,7 @@ struct TCPStore::Impl {
       return std::move(*r);
     }
     // Deadline passed: withdraw the request. Its reply may still come first; then use it.
-    uint32_t cancel_id = next_id++;
+    uint32_t cancel_id = take_id();
     frame.clear();
     FrameWriter(frame, static_cast<uint8_t>(Command::kCancel), cancel_id).u32(id).finish();
     Deadline grace = Deadline::after(kCancelGrace);

@@ -54,6 +54,10 @@ enum class Command : uint8_t {
 
 enum class Status : uint8_t { kOk = 0, kError = 1 };
 
+// The request id of a server's notice (a kError frame answering no request: why it is
+// about to close the connection). Clients never number a request 0.
+inline constexpr uint32_t kNoticeRequestId = 0;
+
 const char* command_name(uint8_t code);  // "SET", ... or "UNKNOWN"
 
 struct Limits {

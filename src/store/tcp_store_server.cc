@@ -128,9 +128,12 @@ void StoreServer::on_accept() {
     if (!fd) return;  // EAGAIN: the queue is empty
     std::string peer = net::SocketAddress::peer_of(fd.get()).to_string();
     if (conns_.size() >= max_connections_) {
-      TDIST_LOG(kWarn) << "TCPStore server: refusing connection from " << peer << ": "
-                       << conns_.size()
-                       << " clients connected, TDIST_STORE_MAX_CONNECTIONS=" << max_connections_;
+      const std::string why = detail::str_cat(conns_.size(),
+                                              " clients are connected, the most "
+                                              "TDIST_STORE_MAX_CONNECTIONS=",
+                                              max_connections_, " allows");
+      TDIST_LOG(kWarn) << "TCPStore server: refusing connection from " << peer << ": " << why;
+      tell_refused(fd.get(), why);
       continue;  // fd closes here
     }
     auto c = std::make_unique<Connection>();
@@ -154,7 +157,10 @@ bool StoreServer::drop_one_connection() {
   int error = 0;
   if (had_spare) {
     spare_fd_.reset();
-    dropped = static_cast<bool>(net::accept_tcp(listener_.fd.get(), &error));  // closed here
+    net::Fd client = net::accept_tcp(listener_.fd.get(), &error);
+    if (client) tell_refused(client.get(), "the server is out of file descriptors");
+    dropped = static_cast<bool>(client);
+    client.reset();  // before the spare is taken again
     spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   }
   if (dropped) ++dropped_connections_;
@@ -177,6 +183,21 @@ bool StoreServer::drop_one_connection() {
     accept_paused_ = true;
   }
   return false;
+}
+
+void StoreServer::tell_refused(int fd, const std::string& why) {
+  // Best effort, never blocking: a fresh socket's send buffer takes a short frame.
+  std::vector<uint8_t> notice;
+  store_wire::FrameWriter(notice, static_cast<uint8_t>(store_wire::Status::kError),
+                          store_wire::kNoticeRequestId)
+      .bytes(std::string_view(why))
+      .finish();
+  (void)!::send(fd, notice.data(), notice.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  ::shutdown(fd, SHUT_WR);
+  // Unread input would turn the close into a reset that can overtake the notice.
+  uint8_t drain[4096];
+  while (::recv(fd, drain, sizeof(drain), MSG_DONTWAIT) > 0) {
+  }
 }
 
 void StoreServer::on_events(uint64_t conn_id, uint32_t events) {

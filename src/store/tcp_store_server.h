@@ -52,9 +52,9 @@ struct Connection {
   std::vector<uint8_t> in;   // bytes received, not yet parsed
   std::vector<uint8_t> out;  // replies not yet written, from out_start on
   size_t out_start = 0;
-  uint32_t events = 0;   // interest currently registered with epoll
-  bool dirty = false;    // in StoreServer::dirty_
-  bool parsing = false;  // inside parse_frames (flush then does not parse again)
+  uint32_t events = 0;      // interest currently registered with epoll
+  bool dirty = false;       // in StoreServer::dirty_
+  bool parsing = false;     // inside parse_frames (flush then does not parse again)
   size_t accounted = 0;     // its share of StoreServer::buffered_ (account())
   size_t frame_target = 0;  // the whole size of the partial frame at the end of `in`, else 0
   // When the incomplete request frame in `in` began to arrive (none: no partial frame).
@@ -75,6 +75,8 @@ class StoreServer final : public TCPStoreServer {
   // Out of descriptors: accepts one waiting client and closes it; false (and accepting
   // paused until a connection closes) when no descriptor could be freed for it.
   bool drop_one_connection();
+  // Sends a connection that is about to be closed unserved the reason (a notice frame).
+  static void tell_refused(int fd, const std::string& why);
   void on_events(uint64_t conn_id, uint32_t events);
   bool read_input(Connection& c);    // false when the connection was closed
   bool parse_frames(Connection& c);  // false when the connection was closed
