@@ -9,11 +9,11 @@
 #include <ctime>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string_view>
 #include <tuple>
 
 #include "tdist/error.h"
-#include "tdistrun/json.h"
 
 namespace tdist::launcher {
 namespace {
@@ -32,11 +32,31 @@ bool earlier(const FailureRecord& a, const FailureRecord& b) {
   return key(a) < key(b);
 }
 
-int int_field(const Json& record, const char* key) {
-  const int64_t v = record.at(key).as_int();
-  TDIST_CHECK(v >= std::numeric_limits<int>::min() && v <= std::numeric_limits<int>::max(),
-              InvalidArgument, "field \"", key, "\" = ", v, " does not fit an int");
-  return static_cast<int>(v);
+// The integer member `key` of a failure record; InvalidArgument when missing, not an
+// integer, or out of `T`'s range.
+template <typename T>
+T int_field(const nlohmann::json& record, const char* key) {
+  const auto it = record.find(key);
+  TDIST_CHECK(it != record.end() && it->is_number_integer(), InvalidArgument, "field \"", key,
+              "\" is missing or not an integer");
+  const int64_t v = it->get<int64_t>();
+  TDIST_CHECK(v >= std::numeric_limits<T>::min() && v <= std::numeric_limits<T>::max(),
+              InvalidArgument, "field \"", key, "\" = ", v, " is out of range");
+  return static_cast<T>(v);
+}
+
+std::string string_field(const nlohmann::json& record, const char* key) {
+  const auto it = record.find(key);
+  TDIST_CHECK(it != record.end() && it->is_string(), InvalidArgument, "field \"", key,
+              "\" is missing or not a string");
+  return it->get<std::string>();
+}
+
+// A string member, or "" when `j` is not an object or has no such string.
+std::string string_member(const nlohmann::json& j, const char* key) {
+  if (!j.is_object()) return "";
+  const auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
 std::string last_line(std::string_view text) {
@@ -145,41 +165,44 @@ std::string signal_name(int signal) {
 }
 
 std::string serialize(const FailureRecord& r) {
-  Json::Object o = {{"global_rank", r.global_rank},
-                    {"local_rank", r.local_rank},
-                    {"node_rank", r.node_rank},
-                    {"round", r.round},
-                    {"host", r.host},
-                    {"exit_code", r.exit_code},
-                    {"signal", r.signal},
-                    {"time_us", r.time_us},
-                    {"log_file", r.log_file},
-                    {"error_file", r.error_file},
-                    {"error", r.error},
-                    {"traceback", r.traceback},
-                    {"stderr_tail", r.stderr_tail}};
-  return Json(std::move(o)).dump();
+  const nlohmann::ordered_json o = {{"global_rank", r.global_rank},
+                                    {"local_rank", r.local_rank},
+                                    {"node_rank", r.node_rank},
+                                    {"round", r.round},
+                                    {"host", r.host},
+                                    {"exit_code", r.exit_code},
+                                    {"signal", r.signal},
+                                    {"time_us", r.time_us},
+                                    {"log_file", r.log_file},
+                                    {"error_file", r.error_file},
+                                    {"error", r.error},
+                                    {"traceback", r.traceback},
+                                    {"stderr_tail", r.stderr_tail}};
+  // Invalid UTF-8 (a worker's stderr may hold any bytes) becomes U+FFFD: the line parses.
+  return o.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 FailureRecord parse_failure(const std::string& text) {
   try {
-    const Json j = Json::parse(text);
-    (void)j.as_object();
+    const nlohmann::json j = nlohmann::json::parse(text);
+    TDIST_CHECK(j.is_object(), InvalidArgument, "not a JSON object");
     FailureRecord r;
-    r.global_rank = int_field(j, "global_rank");
-    r.local_rank = int_field(j, "local_rank");
-    r.node_rank = int_field(j, "node_rank");
-    r.round = int_field(j, "round");
-    r.host = j.at("host").as_string();
-    r.exit_code = int_field(j, "exit_code");
-    r.signal = int_field(j, "signal");
-    r.time_us = j.at("time_us").as_int();
-    r.log_file = j.at("log_file").as_string();
-    r.error_file = j.at("error_file").as_string();
-    r.error = j.at("error").as_string();
-    r.traceback = j.at("traceback").as_string();
-    r.stderr_tail = j.at("stderr_tail").as_string();
+    r.global_rank = int_field<int>(j, "global_rank");
+    r.local_rank = int_field<int>(j, "local_rank");
+    r.node_rank = int_field<int>(j, "node_rank");
+    r.round = int_field<int>(j, "round");
+    r.host = string_field(j, "host");
+    r.exit_code = int_field<int>(j, "exit_code");
+    r.signal = int_field<int>(j, "signal");
+    r.time_us = int_field<int64_t>(j, "time_us");
+    r.log_file = string_field(j, "log_file");
+    r.error_file = string_field(j, "error_file");
+    r.error = string_field(j, "error");
+    r.traceback = string_field(j, "traceback");
+    r.stderr_tail = string_field(j, "stderr_tail");
     return r;
+  } catch (const nlohmann::json::exception& e) {
+    TDIST_THROW(InvalidArgument, "not a failure record: ", e.what());
   } catch (const InvalidArgument& e) {
     TDIST_THROW(InvalidArgument, "not a failure record: ", e.what());
   }
@@ -199,25 +222,19 @@ std::pair<std::string, std::string> read_error_file(const std::string& path) {
     text.append(buf, static_cast<size_t>(in.gcount()));
     if (text.size() > kMaxErrorFileBytes) return {};
   }
-  try {
-    const Json j = Json::parse(text);
-    const Json* message = j.find("message");
-    if (message == nullptr) return {};
-    if (message->kind() == Json::Kind::kString) return {message->as_string(), ""};
-    std::string error;
-    std::string traceback;
-    if (const Json* m = message->find("message");
-        m != nullptr && m->kind() == Json::Kind::kString) {
-      error = m->as_string();
-    }
-    const Json* extra = message->find("extraInfo");
-    const Json* stack = extra == nullptr ? nullptr : extra->find("py_callstack");
-    if (stack != nullptr && stack->kind() == Json::Kind::kString) traceback = stack->as_string();
-    if (error.empty()) error = last_line(traceback);
-    return {error, traceback};
-  } catch (const Error&) {
-    return {};
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return {};  // also what a malformed file parses to (discarded)
+  const auto message = j.find("message");
+  if (message == j.end()) return {};
+  if (message->is_string()) return {message->get<std::string>(), ""};
+  std::string error = string_member(*message, "message");
+  std::string traceback;
+  if (message->is_object()) {
+    const auto extra = message->find("extraInfo");
+    if (extra != message->end()) traceback = string_member(*extra, "py_callstack");
   }
+  if (error.empty()) error = last_line(traceback);
+  return {error, traceback};
 }
 
 std::string format_summary(const std::string& run_id, std::vector<FailureRecord> records,
