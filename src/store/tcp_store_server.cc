@@ -196,7 +196,7 @@ void StoreServer::tell_refused(int fd, const std::string& why) {
   ::shutdown(fd, SHUT_WR);
   // Unread input would turn the close into a reset that can overtake the notice.
   uint8_t drain[4096];
-  while (::recv(fd, drain, sizeof(drain), MSG_DONTWAIT) > 0) {
+  for (int i = 0; i < 16 && ::recv(fd, drain, sizeof(drain), MSG_DONTWAIT) > 0; ++i) {
   }
 }
 
