@@ -114,9 +114,8 @@ bool sorted_by_name() {
                         [](const Setting& a, const Setting& b) { return a.name < b.name; });
 }
 
-std::string value_of(std::string_view name) {
-  const Setting& s = find_setting(name);
-  std::string v = env_string(std::string(name).c_str());
+std::string value_of(const Setting& s) {
+  std::string v = env_string(std::string(s.name).c_str());
   return v.empty() ? std::string(s.default_value) : v;
 }
 
@@ -157,7 +156,7 @@ std::string accepted_values(const Setting& setting) {
 
 std::string setting_string(std::string_view name) {
   const Setting& s = find_setting(name);
-  std::string v = value_of(name);
+  std::string v = value_of(s);
   if (s.choices.empty()) return v;
   std::string lower;
   for (char c : v) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -172,7 +171,7 @@ std::string setting_string(std::string_view name) {
 
 int64_t setting_int(std::string_view name) {
   const Setting& s = find_setting(name);
-  std::string v = value_of(name);
+  std::string v = value_of(s);
   char* end = nullptr;
   errno = 0;
   long long n = std::strtoll(v.c_str(), &end, 10);
@@ -184,7 +183,7 @@ int64_t setting_int(std::string_view name) {
 }
 
 double setting_double(std::string_view name) {
-  std::string v = value_of(name);
+  std::string v = value_of(find_setting(name));
   char* end = nullptr;
   errno = 0;
   double d = std::strtod(v.c_str(), &end);
@@ -193,7 +192,7 @@ double setting_double(std::string_view name) {
 }
 
 bool setting_bool(std::string_view name) {
-  std::string v = value_of(name);
+  std::string v = value_of(find_setting(name));
   std::string s;
   for (char c : v) s += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
@@ -204,9 +203,9 @@ bool setting_bool(std::string_view name) {
 std::chrono::milliseconds setting_seconds(std::string_view name) {
   const Setting& s = find_setting(name);
   double secs = setting_double(name);
-  if (secs < 0) bad_value(name, value_of(name), "a non-negative number of seconds");
+  if (secs < 0) bad_value(name, value_of(s), "a non-negative number of seconds");
   if (s.ranged() && (secs < static_cast<double>(s.min) || secs > static_cast<double>(s.max))) {
-    bad_value(name, value_of(name), "within the accepted range " + accepted_values(s) + " seconds");
+    bad_value(name, value_of(s), "within the accepted range " + accepted_values(s) + " seconds");
   }
   return std::chrono::milliseconds(static_cast<int64_t>(std::llround(secs * 1000.0)));
 }

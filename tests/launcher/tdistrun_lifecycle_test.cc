@@ -125,12 +125,7 @@ TEST_F(TdistrunTest, SigkilledLauncherTakesTheWorkersChildrenAlong) {
   fs::create_directory(tmp);
   Process launcher(dir_, tdistrun({"--nproc-per-node", "2", "/bin/sh", "-c", script}),
                    env({"OUT=" + dir_.string(), "TMPDIR=" + tmp.string()}));
-  const auto deadline = Clock::now() + kJobLimit;
-  while (!(fs::exists(dir_ / "0.child") && fs::exists(dir_ / "1.child")) &&
-         Clock::now() < deadline) {
-    std::this_thread::sleep_for(10ms);
-  }
-  ASSERT_TRUE(fs::exists(dir_ / "0.child") && fs::exists(dir_ / "1.child")) << launcher.err();
+  ASSERT_TRUE(wait_for_rank_files(dir_, ".child", 2)) << launcher.err();
   const std::vector<pid_t> grandchildren = {std::stoi(read_file(dir_ / "0.child")),
                                             std::stoi(read_file(dir_ / "1.child"))};
   for (pid_t pid : grandchildren) ASSERT_TRUE(alive(pid)) << pid;
@@ -160,12 +155,7 @@ TEST_F(TdistrunTest, RootCauseIsTheFirstFailureEvenWhenReapedTogether) {
       "exit 4";
   Process launcher(dir_, tdistrun({"--nproc-per-node", "2", "/bin/sh", "-c", script}),
                    env({"OUT=" + dir_.string()}));
-  const auto deadline = Clock::now() + kJobLimit;
-  while (!(fs::exists(dir_ / "0.ready") && fs::exists(dir_ / "1.ready")) &&
-         Clock::now() < deadline) {
-    std::this_thread::sleep_for(10ms);
-  }
-  ASSERT_TRUE(fs::exists(dir_ / "0.ready") && fs::exists(dir_ / "1.ready")) << launcher.err();
+  ASSERT_TRUE(wait_for_rank_files(dir_, ".ready", 2)) << launcher.err();
   ASSERT_EQ(::kill(launcher.pid(), SIGSTOP), 0);
   std::ofstream(dir_ / "go").put('\n');
   std::this_thread::sleep_for(1s);  // both fail while the launcher cannot reap them
@@ -186,12 +176,7 @@ TEST_F(TdistrunTest, Sigusr1IsForwardedToTheWorkers) {
       "while :; do sleep 0.05; done";
   Process launcher(dir_, tdistrun({"--nproc-per-node", "2", "/bin/sh", "-c", script}),
                    env({"OUT=" + dir_.string()}));
-  const auto deadline = Clock::now() + kJobLimit;
-  while (!(fs::exists(dir_ / "0.ready") && fs::exists(dir_ / "1.ready")) &&
-         Clock::now() < deadline) {
-    std::this_thread::sleep_for(10ms);
-  }
-  ASSERT_TRUE(fs::exists(dir_ / "0.ready") && fs::exists(dir_ / "1.ready")) << launcher.err();
+  ASSERT_TRUE(wait_for_rank_files(dir_, ".ready", 2)) << launcher.err();
   ASSERT_EQ(::kill(launcher.pid(), SIGUSR1), 0);
   EXPECT_EQ(launcher.wait(5s), 128 + SIGUSR1) << launcher.err();
   EXPECT_EQ(read_file(dir_ / "0.usr1"), "usr1\n");

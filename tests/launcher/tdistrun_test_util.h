@@ -135,21 +135,31 @@ inline void kill_children() {
   }
 }
 
+// Waits until files <rank><suffix>, ranks 0..count-1, all exist in `dir`; false on timeout.
+inline bool wait_for_rank_files(const fs::path& dir, const std::string& suffix, int count) {
+  const auto deadline = Clock::now() + kJobLimit;
+  auto all = [&] {
+    for (int rank = 0; rank < count; ++rank) {
+      if (!fs::exists(dir / (std::to_string(rank) + suffix))) return false;
+    }
+    return true;
+  };
+  while (!all()) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
+
 // Waits until `count` files <rank>.pid exist in `dir` (flaky_worker renames them into place)
 // and returns their pids by rank; empty on timeout.
 inline std::vector<pid_t> wait_for_pids(const fs::path& dir, int count) {
-  const auto deadline = Clock::now() + kJobLimit;
+  if (!wait_for_rank_files(dir, ".pid", count)) return {};
   std::vector<pid_t> pids;
-  while (Clock::now() < deadline) {
-    pids.clear();
-    for (int rank = 0; rank < count; ++rank) {
-      const fs::path file = dir / (std::to_string(rank) + ".pid");
-      if (fs::exists(file)) pids.push_back(std::stoi(read_file(file)));
-    }
-    if (static_cast<int>(pids.size()) == count) return pids;
-    std::this_thread::sleep_for(10ms);
+  for (int rank = 0; rank < count; ++rank) {
+    pids.push_back(std::stoi(read_file(dir / (std::to_string(rank) + ".pid"))));
   }
-  return {};
+  return pids;
 }
 
 // A child process (argv[0] a path) with exactly `env`, its stdout and stderr in files of `dir`.

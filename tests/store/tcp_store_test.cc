@@ -192,6 +192,15 @@ class TCPStoreAbuse : public ::testing::Test {
 
   net::Fd raw() { return net::connect_tcp("127.0.0.1", server_->port(), Deadline::after(kShort)); }
 
+  // Starts a fresh server with the setting `name` = `value` (read when it starts), and a
+  // fresh good client.
+  void restart_with(const char* name, const char* value) {
+    ::setenv(name, value, 1);
+    server_ = TCPStoreServer::start("127.0.0.1", 0);
+    ::unsetenv(name);
+    good_ = connect(server_->port());
+  }
+
   void send_bytes(int fd, const std::vector<uint8_t>& bytes) {
     net::write_full(fd, bytes.data(), bytes.size(), Deadline::after(kShort), "server");
   }
@@ -264,10 +273,7 @@ TEST_F(TCPStoreAbuse, OversizedFrame) {
 // the single server thread answered nobody).
 TEST_F(TCPStoreAbuse, ClosingWithManyParkedWaitsIsCheap) {
   constexpr uint32_t kWaits = 200'000;
-  ::setenv("TDIST_STORE_MAX_WAITS_PER_CONNECTION", "1000000", 1);
-  server_ = TCPStoreServer::start("127.0.0.1", 0);
-  ::unsetenv("TDIST_STORE_MAX_WAITS_PER_CONNECTION");
-  good_ = connect(server_->port());
+  restart_with("TDIST_STORE_MAX_WAITS_PER_CONNECTION", "1000000");
   net::Fd bad = raw();
   std::vector<uint8_t> frames;
   const std::vector<std::string> never = {"never"};
@@ -301,10 +307,7 @@ store_wire::FrameHeader read_reply(int fd, std::vector<uint8_t>* payload) {
 // A connection may park only so many waits; the one over the cap is refused with a reason,
 // and the connection and every other client go on.
 TEST_F(TCPStoreAbuse, ParkedWaitsPerConnectionAreCapped) {
-  ::setenv("TDIST_STORE_MAX_WAITS_PER_CONNECTION", "4", 1);
-  server_ = TCPStoreServer::start("127.0.0.1", 0);
-  ::unsetenv("TDIST_STORE_MAX_WAITS_PER_CONNECTION");
-  good_ = connect(server_->port());
+  restart_with("TDIST_STORE_MAX_WAITS_PER_CONNECTION", "4");
   net::Fd bad = raw();
   std::vector<uint8_t> frames;
   for (uint32_t id = 1; id <= 5; ++id) {
