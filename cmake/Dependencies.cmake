@@ -5,7 +5,8 @@ find_package(Threads REQUIRED)
 find_package(GTest QUIET)
 find_package(benchmark QUIET)
 
-find_package(OpenSSL QUIET COMPONENTS Crypto)
+# libcrypto: HMAC-SHA256 authentication of store and transport connections (src/net/auth).
+find_package(OpenSSL REQUIRED COMPONENTS Crypto)
 find_package(MPI QUIET COMPONENTS C)
 # LibTorch: Debian's 1.13 (libtorch-dev) or PyPI's 2.x wheel, whose TorchConfig also
 # enables CUDA (it needs a CUDA toolkit, e.g. /usr/local/cuda, even for CPU-only use) and
@@ -31,7 +32,6 @@ if(Torch_FOUND)
   endforeach()
 endif()
 
-set(TDIST_HAVE_CRYPTO ${OpenSSL_FOUND})
 set(TDIST_HAVE_MPI ${MPI_C_FOUND})
 set(TDIST_HAVE_TORCH ${Torch_FOUND})
 # LibTorch 1.13's headers do not compile as C++20 with clang < 15 (incomplete c10::IValue
@@ -52,7 +52,6 @@ function(tdist_report name found hint)
 endfunction()
 tdist_report("tests (GoogleTest)" "${GTest_FOUND}" "apt-get install libgtest-dev libgmock-dev")
 tdist_report("micro-benchmarks (Google Benchmark)" "${benchmark_FOUND}" "apt-get install libbenchmark-dev")
-tdist_report("libcrypto (store authentication, a later issue)" "${TDIST_HAVE_CRYPTO}" "apt-get install libssl-dev")
 tdist_report("OpenMPI (mpi backend, MPI-agreed store under mpirun)" "${TDIST_HAVE_MPI}" "apt-get install libopenmpi-dev openmpi-bin")
 if(TDIST_HAVE_TORCH)
   message(STATUS "tdist: LibTorch ${Torch_VERSION} (tdist_torch: tensor collectives, DDP, sampler): "

@@ -11,10 +11,11 @@ set -euo pipefail
 # libopenmpi-dev, openmpi-bin: the mpi backend and its tests under mpirun; pybind11-dev,
 # python3-pytest: the Python package built and tested against Debian's torch 1.13.
 # nlohmann-json3-dev: tdistrun's failure records and torch's error files.
+# libclang-rt-14-dev: clang's sanitizer and libFuzzer runtimes (TDIST_FUZZ; only recommended).
 packages=(build-essential cmake pkg-config clang libgtest-dev libgmock-dev libbenchmark-dev
           libssl-dev iproute2 python3-torch zlib1g-dev libtorch-dev libopenblas0-pthread
           dataset-fashion-mnist libopenmpi-dev openmpi-bin pybind11-dev python3-pytest
-          nlohmann-json3-dev)
+          nlohmann-json3-dev libclang-rt-14-dev)
 
 missing=()
 for p in "${packages[@]}"; do

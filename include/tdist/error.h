@@ -7,6 +7,8 @@
 //                  address waited on, and the timeout
 //  PeerError       a peer died, a connection broke or sent nonsense (I/O failure)
 //  DesyncError     ranks disagree on what they are doing (different op, size, dtype)
+//  AuthError       a peer did not prove it knows the job's token, or refused this
+//                  process's (TDIST_AUTH_TOKEN); retrying cannot help
 //
 // Messages are built with TDIST_THROW, which appends the source location. Thread-safe:
 // these are plain value types.
@@ -40,6 +42,11 @@ class PeerError : public Error {
 };
 
 class DesyncError : public Error {
+ public:
+  using Error::Error;
+};
+
+class AuthError : public Error {
  public:
   using Error::Error;
 };

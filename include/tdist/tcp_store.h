@@ -9,6 +9,10 @@
 // everyone else. Limits: TDIST_STORE_MAX_KEY_BYTES, TDIST_STORE_MAX_VALUE_BYTES,
 // TDIST_STORE_MAX_CONNECTIONS. Destroying the server stops the loop and closes clients.
 //
+// With a token (TDIST_AUTH_TOKEN, TDIST_AUTH_TOKEN_FILE or the options), the server serves
+// only clients that prove they know it, and a client talks only to a server that proves
+// the same; the refused side gets a notice naming why, and the server logs one line.
+//
 // TCPStore is the client (and, with is_server, also owns a server). Connecting retries
 // with backoff until the connect deadline, then raises TimeoutError naming host:port.
 // A client object is thread-safe (calls are serialised on its one connection); a broken
@@ -29,8 +33,12 @@ class TCPStoreServer {
  public:
   // Binds host:port (port 0 = any free port) and starts serving. host "" or "0.0.0.0"
   // listens on every IPv4 address, "::" on every address.
-  static std::unique_ptr<TCPStoreServer> start(const std::string& host = "0.0.0.0",
-                                               uint16_t port = 0);
+  // `auth_token`: the job's secret every client must prove it knows (HMAC-SHA256
+  // challenge-response) before any request is served; default TDIST_AUTH_TOKEN or
+  // TDIST_AUTH_TOKEN_FILE's; "" = no authentication.
+  static std::unique_ptr<TCPStoreServer> start(
+      const std::string& host = "0.0.0.0", uint16_t port = 0,
+      const std::optional<std::string>& auth_token = std::nullopt);
   virtual ~TCPStoreServer() = default;
   virtual uint16_t port() const = 0;
   // Stops serving and closes every client connection (also done by the destructor).
@@ -45,6 +53,10 @@ struct TCPStoreOptions {
   std::chrono::milliseconds timeout = kDefaultStoreTimeout;  // default call timeout
   // How long to keep retrying the connection; default TDIST_STORE_CONNECT_TIMEOUT.
   std::optional<std::chrono::milliseconds> connect_timeout;
+  // The job's secret, proven to the server (and the server's knowledge of it checked) when
+  // connecting; also its own server's. Default TDIST_AUTH_TOKEN or TDIST_AUTH_TOKEN_FILE's;
+  // "" = no authentication. A client and a server that disagree raise PeerError.
+  std::optional<std::string> auth_token;
 };
 
 class TCPStore : public Store {

@@ -33,6 +33,13 @@ constexpr auto kSettings = std::to_array<Setting>({
      "force collective algorithms: 'all_reduce=ring,broadcast=chain' or a bare all_reduce "
      "algorithm ('ring', 'halving_doubling', 'recursive_doubling', 'hierarchical'); empty = "
      "by size and topology"},
+    {"TDIST_AUTH_TOKEN", "",
+     "the job's secret: every store and transport connection proves it knows it (HMAC-SHA256 "
+     "challenge-response) and refuses peers that do not; empty = no authentication (tdistrun "
+     "makes one per job)"},
+    {"TDIST_AUTH_TOKEN_FILE", "",
+     "file whose first line is the job's secret (not readable by others), when TDIST_AUTH_TOKEN "
+     "is unset"},
     {"TDIST_CHANNELS", "shm,tcp",
      "kinds of channel the auto backend may use, in order of preference: each peer gets the "
      "first that can reach it (shm: same host; tcp: any)"},

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 
+#include "net/auth.h"
 #include "net/socket.h"
 #include "store/store_internal.h"
 #include "store/tcp_store_protocol.h"
@@ -60,6 +61,11 @@ struct TCPStore::Impl {
     fd.reset();
     broken = why;
     TDIST_THROW(PeerError, "TCPStore: ", why);
+  }
+  [[noreturn]] void fail_auth(const std::string& why) {
+    fd.reset();
+    broken = why;
+    TDIST_THROW(AuthError, "TCPStore: ", why);
   }
 
   void check_key(const std::string& key) const {
@@ -171,6 +177,42 @@ struct TCPStore::Impl {
     return std::move(*r);
   }
 
+  // Proves this client knows the job's token and checks that the server does too.
+  void authenticate(const net::auth::Key& key, Deadline deadline) {
+    std::lock_guard<std::mutex> lock(mu);
+    net::auth::Initiator initiator(key, "tcp-store");
+    auto exchange = [&](Command command, std::span<const uint8_t> field) {
+      uint32_t id = take_id();
+      std::vector<uint8_t> frame;
+      FrameWriter(frame, static_cast<uint8_t>(command), id).bytes(field).finish();
+      send(frame, deadline);
+      std::optional<Reply> r = await(id, deadline);
+      if (!r) {
+        fail(detail::str_cat("the store at ", peer, " did not answer the authentication"));
+      }
+      if (r->status != Status::kOk) {
+        PayloadReader reader(r->payload, reply_limits);
+        fail_auth(detail::str_cat("the store at ", peer,
+                                  " refused the authentication: ", reader.message()));
+      }
+      return std::move(r->payload);
+    };
+    const std::vector<uint8_t> reply = exchange(Command::kAuthHello, initiator.nonce());
+    PayloadReader reader(reply, reply_limits);
+    Bytes challenge = reader.value();
+    reader.expect_end();
+    std::optional<net::auth::Mac> proof;
+    if (challenge.size() == net::auth::kChallengeBytes) proof = initiator.answer(challenge.data());
+    if (!proof) {
+      fail_auth(detail::str_cat("the store at ", peer,
+                                " does not know this job's authentication token (",
+                                net::auth::kTokenHint, ")"));
+    }
+    if (!exchange(Command::kAuthProof, *proof).empty()) {
+      fail(detail::str_cat("the store at ", peer, " sent a malformed AUTH_PROOF reply"));
+    }
+  }
+
   // A GET, WAIT or MULTI_GET: waits for the reply until `deadline`, then cancels it.
   Reply call_blocking(Command command, const std::vector<std::string>& keys, const char* op,
                       Deadline deadline) {
@@ -224,8 +266,10 @@ TCPStore::TCPStore(std::string host, TCPStoreOptions options)
   s.host = std::move(host);
   s.port = options.port;
   s.limits = store_wire::Limits::from_settings();
+  net::auth::Key key =
+      options.auth_token ? net::auth::Key(*options.auth_token) : net::auth::Key::from_settings();
   if (options.is_server) {
-    s.server = TCPStoreServer::start(s.host, options.port);
+    s.server = TCPStoreServer::start(s.host, options.port, key.secret());
     s.port = s.server->port();
   }
   // A wildcard address names "this machine" when connecting.
@@ -235,7 +279,9 @@ TCPStore::TCPStore(std::string host, TCPStoreOptions options)
   s.peer = net::format_host_port(connect_host, s.port);
   auto connect_timeout =
       options.connect_timeout.value_or(setting_seconds("TDIST_STORE_CONNECT_TIMEOUT"));
-  s.fd = net::connect_tcp(connect_host, s.port, Deadline::after(connect_timeout));
+  const Deadline connect_deadline = Deadline::after(connect_timeout);
+  s.fd = net::connect_tcp(connect_host, s.port, connect_deadline);
+  if (key.enabled()) s.authenticate(key, connect_deadline);
   if (options.wait_for_workers && options.num_workers.has_value()) {
     int64_t joined = add(kWorkersKey, 1);
     if (joined >= *options.num_workers) set(kWorkersDoneKey, "1");

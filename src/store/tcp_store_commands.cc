@@ -5,6 +5,7 @@
 #include "store/store_internal.h"
 #include "store/tcp_store_server.h"
 #include "tdist/error.h"
+#include "tdist/logging.h"
 
 namespace tdist::store_internal {
 
@@ -139,6 +140,15 @@ void StoreServer::handle(Connection& c, const store_wire::FrameHeader& h,
       r.expect_end();
       reply(c, id).finish();
       return;
+    case Command::kAuthHello:
+    case Command::kAuthProof:
+      if (key_.enabled()) TDIST_THROW(PeerError, "the connection authenticated already");
+      reply(c, id, Status::kError)
+          .bytes(std::string_view(
+              detail::str_cat("this store has no authentication token, and the client has one (",
+                              net::auth::kTokenHint, ")")))
+          .finish();
+      return;
     case Command::kCancel: {
       uint32_t wait_id = r.u32();
       r.expect_end();
@@ -157,6 +167,49 @@ void StoreServer::handle(Connection& c, const store_wire::FrameHeader& h,
     }
   }
   TDIST_THROW(PeerError, "unknown command code ", static_cast<int>(h.code));
+}
+
+bool StoreServer::handle_auth(Connection& c, const store_wire::FrameHeader& h,
+                              std::span<const uint8_t> payload) {
+  using Auth = Connection::Auth;
+  const auto command = static_cast<Command>(h.code);
+  const Command expected = c.auth == Auth::kAwaitHello ? Command::kAuthHello : Command::kAuthProof;
+  if (command != expected) {
+    refuse(c, detail::str_cat("authentication required, and the client sent ",
+                              store_wire::command_name(h.code), " instead of ",
+                              store_wire::command_name(static_cast<uint8_t>(expected)), " (",
+                              net::auth::kTokenHint, ")"));
+    return false;
+  }
+  const size_t want =
+      command == Command::kAuthHello ? net::auth::kNonceBytes : net::auth::kMacBytes;
+  Bytes field;
+  try {
+    PayloadReader r(payload, limits_);
+    field = r.value();
+    r.expect_end();
+  } catch (const PeerError&) {
+  }
+  if (field.size() != want) {
+    refuse(c, detail::str_cat("malformed ", store_wire::command_name(h.code)));
+    return false;
+  }
+  if (command == Command::kAuthHello) {
+    c.responder.emplace(key_, "tcp-store", field.data());
+    auto challenge = c.responder->challenge();
+    reply(c, h.request_id).bytes(std::span<const uint8_t>(challenge)).finish();
+    c.auth = Auth::kAwaitProof;
+    return true;
+  }
+  if (!c.responder->check(field.data())) {
+    refuse(c, detail::str_cat("wrong authentication token (", net::auth::kTokenHint, ")"));
+    return false;
+  }
+  c.responder.reset();
+  c.auth = Auth::kDone;
+  reply(c, h.request_id).finish();
+  TDIST_LOG(kTrace) << "TCPStore server: " << c.peer << " authenticated";
+  return true;
 }
 
 void StoreServer::put(const std::string& key, Bytes value) {

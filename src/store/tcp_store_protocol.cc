@@ -22,9 +22,10 @@ uint64_t get_le(const uint8_t* p, int bytes) {
 }  // namespace
 
 const char* command_name(uint8_t code) {
-  static constexpr const char* kNames[] = {
-      "UNKNOWN", "SET",      "GET",    "ADD",       "COMPARE_SET", "CHECK", "WAIT",
-      "DELETE",  "NUM_KEYS", "APPEND", "MULTI_GET", "MULTI_SET",   "PING",  "CANCEL"};
+  static constexpr const char* kNames[] = {"UNKNOWN",     "SET",    "GET",        "ADD",
+                                           "COMPARE_SET", "CHECK",  "WAIT",       "DELETE",
+                                           "NUM_KEYS",    "APPEND", "MULTI_GET",  "MULTI_SET",
+                                           "PING",        "CANCEL", "AUTH_HELLO", "AUTH_PROOF"};
   return code < std::size(kNames) ? kNames[code] : "UNKNOWN";
 }
 

@@ -14,6 +14,10 @@
 //   APPEND key value -> -         MULTI_GET list<key> -> list<value> (once all exist)
 //   MULTI_SET u32 n, n*(key value) -> -
 //   PING -> -                     CANCEL u32 wait_id -> u8 was_parked, list<missing key>
+//   AUTH_HELLO bytes nonce -> bytes challenge     AUTH_PROOF bytes proof -> -
+// A server with a token (net/auth.h) answers nothing but AUTH_HELLO, then AUTH_PROOF, on a
+// new connection; anything else, a wrong proof, or a frame over kAuthFrameBytes before the
+// proof is refused with a notice. A server without one answers AUTH_HELLO with an ERROR.
 // An ERROR reply carries one bytes field, the message. A CANCEL withdraws a parked GET,
 // WAIT or MULTI_GET of the same connection; the parked request then never gets a reply.
 //
@@ -50,7 +54,12 @@ enum class Command : uint8_t {
   kMultiSet = 11,
   kPing = 12,
   kCancel = 13,
+  kAuthHello = 14,
+  kAuthProof = 15,
 };
+
+// The largest frame a connection may send before it has authenticated.
+inline constexpr size_t kAuthFrameBytes = 256;
 
 enum class Status : uint8_t { kOk = 0, kError = 1 };
 

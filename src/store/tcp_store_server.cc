@@ -18,8 +18,10 @@
 
 namespace tdist {
 
-std::unique_ptr<TCPStoreServer> TCPStoreServer::start(const std::string& host, uint16_t port) {
-  return std::make_unique<store_internal::StoreServer>(host, port);
+std::unique_ptr<TCPStoreServer> TCPStoreServer::start(
+    const std::string& host, uint16_t port, const std::optional<std::string>& auth_token) {
+  net::auth::Key key = auth_token ? net::auth::Key(*auth_token) : net::auth::Key::from_settings();
+  return std::make_unique<store_internal::StoreServer>(host, port, std::move(key));
 }
 
 namespace store_internal {
@@ -50,8 +52,9 @@ void raise_descriptor_limit(size_t needed) {
 
 }  // namespace
 
-StoreServer::StoreServer(const std::string& host, uint16_t port)
+StoreServer::StoreServer(const std::string& host, uint16_t port, net::auth::Key key)
     : limits_(store_wire::Limits::from_settings()),
+      key_(std::move(key)),
       max_connections_(static_cast<size_t>(setting_int("TDIST_STORE_MAX_CONNECTIONS"))),
       max_waits_per_connection_(
           static_cast<size_t>(setting_int("TDIST_STORE_MAX_WAITS_PER_CONNECTION"))),
@@ -71,7 +74,13 @@ StoreServer::StoreServer(const std::string& host, uint16_t port)
       TDIST_LOG(kError) << "TCPStore server on port " << port_ << " stopped: " << e.what();
     }
   });
-  TDIST_LOG(kDebug) << "TCPStore server listening on " << listener_.address.to_string();
+  TDIST_LOG(kDebug) << "TCPStore server listening on " << listener_.address.to_string()
+                    << (key_.enabled() ? " (clients authenticate)" : "");
+  if (!key_.enabled() && !listener_.address.is_loopback()) {
+    TDIST_LOG(kWarn) << "TCPStore server on " << listener_.address.to_string()
+                     << " has no authentication token: whoever reaches it can read and change "
+                        "the job's keys (set TDIST_AUTH_TOKEN or TDIST_AUTH_TOKEN_FILE)";
+  }
 }
 
 StoreServer::~StoreServer() { stop(); }
@@ -141,6 +150,10 @@ void StoreServer::on_accept() {
     c->fd = std::move(fd);
     c->peer = std::move(peer);
     c->events = EPOLLIN;
+    if (key_.enabled()) {
+      c->auth = Connection::Auth::kAwaitHello;
+      c->accepted_at = std::chrono::steady_clock::now();
+    }
     uint64_t id = c->id;
     loop_.add(c->fd.get(), c->events, [this, id](uint32_t events) { on_events(id, events); });
     TDIST_LOG(kTrace) << "TCPStore server: connection from " << c->peer;
@@ -200,6 +213,16 @@ void StoreServer::tell_refused(int fd, const std::string& why) {
   }
 }
 
+void StoreServer::refuse(Connection& c, const std::string& why) {
+  // Its replies so far go first (best effort, like the notice: no more than a challenge).
+  if (c.out.size() > c.out_start) {
+    (void)!::send(c.fd.get(), c.out.data() + c.out_start, c.out.size() - c.out_start,
+                  MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+  tell_refused(c.fd.get(), why);
+  close_connection(c.id, why, /*warn=*/true);
+}
+
 void StoreServer::on_events(uint64_t conn_id, uint32_t events) {
   Connection* c = find(conn_id);
   if (c == nullptr) return;
@@ -225,7 +248,12 @@ bool StoreServer::read_input(Connection& c) {
       continue;
     }
     if (n == 0) {
-      if (c.in.empty()) {
+      if (c.auth == Connection::Auth::kAwaitProof) {
+        close_connection(c.id,
+                         "closed by the client during authentication (it does not know the "
+                         "token, or it is not a tdist client)",
+                         /*warn=*/true);
+      } else if (c.in.empty()) {
         close_connection(c.id, "closed by the client", /*warn=*/false);
       } else {
         close_connection(c.id,
@@ -261,6 +289,11 @@ bool StoreServer::parse_frames(Connection& c) {
       close_connection(
           c.id, "malformed frame: length " + std::to_string(length) + " is shorter than a header",
           /*warn=*/true);
+      return false;
+    }
+    if (c.auth != Connection::Auth::kDone && length > store_wire::kAuthFrameBytes) {
+      refuse(c, detail::str_cat("authentication required, and a frame of ", length,
+                                " bytes is no authentication (", net::auth::kTokenHint, ")"));
       return false;
     }
     if (length > limits_.max_frame_bytes()) {
@@ -301,6 +334,11 @@ bool StoreServer::parse_frames(Connection& c) {
       return false;
     }
     std::span<const uint8_t> payload(c.in.data() + pos + kHeaderBytes, h.payload_size());
+    if (c.auth != Connection::Auth::kDone) {
+      if (!handle_auth(c, h, payload)) return false;
+      pos += kLengthBytes + length;
+      continue;
+    }
     try {
       handle(c, h, payload);
     } catch (const PeerError& e) {
@@ -330,11 +368,18 @@ void StoreServer::close_stalled_frames() {
     // Requests held back by the read pause are whole frames: not the client's delay.
     if (c->partial_since && !output_paused(*c) && now - *c->partial_since > frame_timeout_) {
       stalled.push_back(id);
+    } else if (c->auth != Connection::Auth::kDone && now - c->accepted_at > frame_timeout_) {
+      stalled.push_back(id);
     }
   }
   for (uint64_t id : stalled) {
-    const Connection* c = find(id);
+    Connection* c = find(id);
     if (c == nullptr) continue;
+    if (c->auth != Connection::Auth::kDone) {
+      refuse(*c, detail::str_cat("did not authenticate within ", frame_timeout_.count() / 1000.0,
+                                 " s (TDIST_STORE_FRAME_TIMEOUT)"));
+      continue;
+    }
     close_connection(
         id,
         detail::str_cat("a request stayed half-sent for over ", frame_timeout_.count() / 1000.0,

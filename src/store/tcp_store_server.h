@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "net/auth.h"
 #include "net/epoll_loop.h"
 #include "net/fd.h"
 #include "net/socket.h"
@@ -60,11 +61,16 @@ struct Connection {
   // When the incomplete request frame in `in` began to arrive (none: no partial frame).
   std::optional<std::chrono::steady_clock::time_point> partial_since;
   std::unordered_map<uint32_t, std::shared_ptr<Waiter>> waits;  // parked, by request id
+  // Authentication (a server with a token): nothing is served until the client proved it
+  // knows the token; `responder` holds the challenge sent in answer to its AUTH_HELLO.
+  enum class Auth : uint8_t { kDone, kAwaitHello, kAwaitProof } auth = Auth::kDone;
+  std::optional<net::auth::Responder> responder;
+  std::chrono::steady_clock::time_point accepted_at{};
 };
 
 class StoreServer final : public TCPStoreServer {
  public:
-  StoreServer(const std::string& host, uint16_t port);
+  StoreServer(const std::string& host, uint16_t port, net::auth::Key key);
   ~StoreServer() override;
   uint16_t port() const override { return port_; }
   void stop() override;
@@ -77,6 +83,8 @@ class StoreServer final : public TCPStoreServer {
   bool drop_one_connection();
   // Sends a connection that is about to be closed unserved the reason (a notice frame).
   static void tell_refused(int fd, const std::string& why);
+  // Tells c why (a notice after its pending replies), logs it, and closes c.
+  void refuse(Connection& c, const std::string& why);
   void on_events(uint64_t conn_id, uint32_t events);
   bool read_input(Connection& c);    // false when the connection was closed
   bool parse_frames(Connection& c);  // false when the connection was closed
@@ -97,6 +105,9 @@ class StoreServer final : public TCPStoreServer {
   bool fits_budget(size_t bytes) const;
 
   // tcp_store_commands.cc: requests against the map.
+  // A frame of a connection that has not authenticated yet; false when it was refused.
+  bool handle_auth(Connection& c, const store_wire::FrameHeader& h,
+                   std::span<const uint8_t> payload);
   // Handles one frame; throws PeerError for a malformed payload.
   void handle(Connection& c, const store_wire::FrameHeader& h, std::span<const uint8_t> payload);
   // Starts a reply frame in c's write queue; the caller adds the payload and finish()es.
@@ -113,6 +124,7 @@ class StoreServer final : public TCPStoreServer {
   void put(const std::string& key, Bytes value);
 
   store_wire::Limits limits_;
+  net::auth::Key key_;  // enabled(): every connection authenticates first
   size_t max_connections_;
   size_t max_waits_per_connection_;  // parked GET/WAIT/MULTI_GET requests per connection
   size_t buffer_budget_;             // TDIST_STORE_MAX_BUFFER_BYTES

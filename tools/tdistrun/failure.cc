@@ -256,7 +256,8 @@ std::string format_summary(const std::string& run_id, std::vector<FailureRecord>
 int summary_exit_code(const std::vector<FailureRecord>& records) {
   if (records.empty()) return 1;
   const FailureRecord& root = *std::min_element(records.begin(), records.end(), earlier);
-  if (root.signal != 0) return 128 + root.signal;
+  // A record from another node may hold any int: only a real signal number is added.
+  if (root.signal > 0 && root.signal < 128) return 128 + root.signal;
   return root.exit_code != 0 ? root.exit_code : 1;
 }
 

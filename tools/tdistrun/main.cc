@@ -9,6 +9,7 @@
 #include "tdist/error.h"
 #include "tdist/settings.h"
 #include "tdistrun/agent.h"
+#include "tdistrun/job_token.h"
 #include "tdistrun/options.h"
 #include "tdistrun/signals.h"
 #include "tdistrun/watchdog.h"
@@ -53,7 +54,8 @@ int main(int argc, char** argv) {
     }
     // A bad TDIST_* value is refused before any worker starts (the workers would inherit it).
     tdist::check_settings();
-    watchdog::start();  // before any thread exists: it is forked
+    ensure_job_token(parsed.options);  // before any thread exists: it may setenv
+    watchdog::start();                 // before any thread exists: it is forked
     const int code = run_agent(parsed.options);
     watchdog::finish();
     return code;

@@ -14,6 +14,12 @@ namespace {
 // A direct read at least this long is followed by the next header only (read_lane_locked).
 constexpr size_t kDirectOnlyBytes = 32 * 1024;
 
+// The protocol error of a message that is due on a lane that said goodbye already.
+std::string out_of_order(uint64_t seq, size_t nlanes) {
+  return detail::str_cat("protocol error: message ", seq, " in send order is due on lane ",
+                         seq % nlanes, ", which said goodbye already");
+}
+
 }  // namespace
 
 std::shared_ptr<Op> Peer::post_recv(uint64_t tag, void* data, size_t bytes,
@@ -215,7 +221,10 @@ std::string Peer::consume_staged_locked(size_t lane_index, Progress* progress) {
     std::memcpy(&header, lane.staging.get() + lane.staged_begin, kHeaderBytes);
     const bool control = is_control_tag(header.tag);
     if (!control && lane.next_seq != recv_seq_) {
-      lane.blocked = true;  // an earlier message is on another lane: wait for its header
+      // An earlier message is on another lane: wait for its header, unless that lane said
+      // goodbye already (after its last message), so that it never comes.
+      if (lanes_[recv_seq_ % nlanes_].goodbye) return lost(out_of_order(recv_seq_, nlanes_));
+      lane.blocked = true;
       return {};
     }
     lane.staged_begin += kHeaderBytes;
@@ -232,6 +241,11 @@ std::string Peer::start_message_locked(size_t lane_index, uint64_t tag, uint64_t
     if (!lane.goodbye) {
       lane.goodbye = true;
       ++goodbyes_;
+    }
+    // A lane waits for the next message in send order, which was to come on this lane.
+    if (recv_seq_ % nlanes_ == lane_index &&
+        std::any_of(lanes_.begin(), lanes_.end(), [](const Lane& l) { return l.blocked; })) {
+      return lost(out_of_order(recv_seq_, nlanes_));
     }
     if (goodbyes_ < nlanes_) return {};
     peer_gone_.store(true, std::memory_order_release);

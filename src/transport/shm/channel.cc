@@ -25,7 +25,8 @@ ShmChannel::ShmChannel(PeerLink link)
       in_(link_.recv.ring()),
       out_chunk_(chunk_of(out_)),
       in_chunk_(chunk_of(in_)),
-      single_copy_bytes_(shm::single_copy_bytes()) {}
+      // Single copy reads the peer's memory by its pid, which needs one this process sees.
+      single_copy_bytes_(link_.pid > 0 ? shm::single_copy_bytes() : 0) {}
 
 size_t ShmChannel::single_copy_bytes() const {
   return single_copy_allowed() ? single_copy_bytes_ : 0;

@@ -13,29 +13,38 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
+#include <string_view>
 #include <thread>
 
 #include "tdist/error.h"
 #include "tdist/logging.h"
 #include "tdist/store.h"
+#include "transport/auth_exchange.h"
 #include "transport/connect.h"
-#include "transport/hello.h"
+#include "transport/shm/hello_codec.h"
 
 namespace tdist::transport::shm {
 namespace {
 
-constexpr uint32_t kHelloMagic = 0x4d536474;  // "tdSM"
-constexpr uint16_t kProtocolVersion = 1;
 constexpr auto kRetryPause = std::chrono::milliseconds(10);
+constexpr std::string_view kAuthContext = "shm-transport";
 
-// Both ends are on one host, so the hello is a plain struct in host layout.
-struct Hello {
-  HelloRoute route{kHelloMagic, kProtocolVersion};
-  uint32_t pid = 0;
-  uint32_t reserved2 = 0;
-  uint64_t capacity = 0;  // data bytes of the ring whose memfd comes with this hello
-};
-static_assert(sizeof(Hello) == 40);
+// Empty when the process at the other end of `fd` runs as this process's user (SO_PEERCRED);
+// else why not. `pid` is its process id as this process sees it (0: outside its pid
+// namespace), the one single-copy reads address.
+std::string check_credentials(int fd, pid_t* pid) {
+  ucred cred{};
+  socklen_t length = sizeof(cred);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &length) != 0) {
+    return detail::str_cat("SO_PEERCRED failed: ", net::errno_text(errno));
+  }
+  if (cred.uid != ::geteuid()) {
+    return detail::str_cat("it runs as user ", cred.uid, ", this rank as user ", ::geteuid());
+  }
+  *pid = cred.pid;
+  return {};
+}
 
 [[noreturn]] void throw_errno(const std::string& what, int error = errno) {
   TDIST_THROW(Error, "shared-memory transport: ", what, " failed: ", net::errno_text(error));
@@ -118,6 +127,8 @@ void send_hello(int fd, const Hello& hello, int ring_fd) {
 // A hello being received: bytes so far and the memfd that came with them.
 struct Incoming {
   net::Fd fd;
+  std::optional<AuthResponder> auth;  // with a token: the exchange before the hello
+  pid_t peer_pid = 0;                 // from SO_PEERCRED
   Hello hello;
   size_t got = 0;
   net::Fd ring;
@@ -156,31 +167,19 @@ struct Incoming {
   }
 };
 
-// Empty when `h` is a valid hello from a rank in [lo, hi] to `receiver`; else why not.
-std::string check_hello(const Incoming& in, uint64_t nonce, int receiver, int lo, int hi) {
+// Empty when `in` holds a valid hello from a rank in [lo, hi] to `receiver`, with a ring
+// memfd; else why not.
+std::string check_incoming(const Incoming& in, uint64_t nonce, int receiver, int lo, int hi) {
   if (in.closed) return "the connection closed before its hello";
-  HelloRoute expected{kHelloMagic, kProtocolVersion};
-  expected.receiver = static_cast<uint32_t>(receiver);
-  expected.nonce = nonce;
-  std::string why = check_route(in.hello.route, expected, lo, hi, "shared-memory transport");
+  std::string why = check_hello(in.hello, nonce, receiver, lo, hi);
   if (!why.empty()) return why;
   if (!in.ring) return "no ring memfd came with the hello";
   return {};
 }
 
-Hello hello_to(int rank, int peer, uint64_t nonce, uint64_t capacity) {
-  Hello h;
-  h.route.sender = static_cast<uint32_t>(rank);
-  h.route.receiver = static_cast<uint32_t>(peer);
-  h.route.nonce = nonce;
-  h.pid = static_cast<uint32_t>(::getpid());
-  h.capacity = capacity;
-  return h;
-}
-
 // Connects to lower rank `peer`; empty on success, else why not (the deadline passed).
-std::string connect_to(int rank, int peer, uint64_t nonce, size_t capacity, Deadline deadline,
-                       PeerLink* link) {
+std::string connect_to(int rank, int peer, uint64_t nonce, size_t capacity,
+                       const net::auth::Key& key, Deadline deadline, PeerLink* link) {
   sockaddr_un address;
   const socklen_t length = abstract_address(nonce, peer, &address);
   std::string last_error = "it never listened";
@@ -194,9 +193,14 @@ std::string connect_to(int rank, int peer, uint64_t nonce, size_t capacity, Dead
       std::this_thread::sleep_for(kRetryPause);
       continue;
     }
+    const std::string what = detail::str_cat("shared-memory transport: rank ", peer);
+    if (std::string why = check_credentials(in.fd.get(), &in.peer_pid); !why.empty()) {
+      TDIST_THROW(AuthError, what, "'s socket is not this job's: ", why);
+    }
     net::Fd ring_fd;
     Mapping send = create_ring(capacity, &ring_fd);
     try {
+      if (key.enabled()) authenticate_initiator(in.fd.get(), key, kAuthContext, deadline, what);
       send_hello(in.fd.get(), hello_to(rank, peer, nonce, capacity), ring_fd.get());
     } catch (const PeerError& e) {
       last_error = e.what();
@@ -206,7 +210,11 @@ std::string connect_to(int rank, int peer, uint64_t nonce, size_t capacity, Dead
       pollfd p{in.fd.get(), POLLIN, 0};
       if (::poll(&p, 1, deadline.poll_timeout_ms()) == 0) return "it never answered the hello";
     }
-    std::string why = check_hello(in, nonce, rank, peer, peer);
+    if (in.got >= 4 && is_refusal(reinterpret_cast<const uint8_t*>(&in.hello))) {
+      TDIST_THROW(AuthError, what, " requires authentication, and this process has no token (",
+                  net::auth::kTokenHint, ")");
+    }
+    std::string why = check_incoming(in, nonce, rank, peer, peer);
     Mapping recv;
     if (why.empty()) recv = map_ring(in.ring.get(), in.hello.capacity, &why);
     if (!why.empty()) {
@@ -216,8 +224,7 @@ std::string connect_to(int rank, int peer, uint64_t nonce, size_t capacity, Dead
       std::this_thread::sleep_for(kRetryPause);
       continue;
     }
-    *link = PeerLink{std::move(in.fd), std::move(send), std::move(recv),
-                     static_cast<pid_t>(in.hello.pid)};
+    *link = PeerLink{std::move(in.fd), std::move(send), std::move(recv), in.peer_pid};
     return {};
   }
   return last_error;
@@ -225,7 +232,8 @@ std::string connect_to(int rank, int peer, uint64_t nonce, size_t capacity, Dead
 
 // Accepts from every higher peer until all are linked or the deadline passes.
 void accept_all(int listen_fd, int rank, int size, const std::vector<bool>& peers, uint64_t nonce,
-                size_t capacity, Deadline deadline, std::vector<PeerLink>* links) {
+                size_t capacity, const net::auth::Key& key, Deadline deadline,
+                std::vector<PeerLink>* links) {
   int missing = 0;
   for (int peer = rank + 1; peer < size; ++peer) missing += peers[peer] ? 1 : 0;
   std::vector<Incoming> pending;
@@ -234,10 +242,30 @@ void accept_all(int listen_fd, int rank, int size, const std::vector<bool>& peer
     for (const Incoming& in : pending) fds.push_back({in.fd.get(), POLLIN, 0});
     if (::poll(fds.data(), fds.size(), deadline.poll_timeout_ms()) <= 0) continue;
     for (size_t i = pending.size(); i-- > 0;) {
-      if (fds[i + 1].revents == 0 || !pending[i].read_some()) continue;
+      if (fds[i + 1].revents == 0) continue;
+      if (std::optional<AuthResponder>& auth = pending[i].auth) {
+        const AuthResponder::State state = auth->progress(pending[i].fd.get(), deadline);
+        if (state == AuthResponder::State::kMore) continue;
+        if (state == AuthResponder::State::kRefused) {
+          TDIST_LOG(kWarn) << "shared-memory transport rank " << rank
+                           << ": rejected a connection: " << auth->why();
+          pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+          continue;
+        }
+        auth.reset();  // authenticated: its hello follows
+      }
+      if (!pending[i].read_some()) continue;
       Incoming in = std::move(pending[i]);
       pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
-      std::string why = check_hello(in, nonce, rank, rank + 1, size - 1);
+      if (!key.enabled() && in.got >= 4 && is_auth_hello(reinterpret_cast<uint8_t*>(&in.hello))) {
+        refuse_no_token(in.fd.get());
+        TDIST_LOG(kWarn) << "shared-memory transport rank " << rank
+                         << ": rejected a connection: it authenticates, and this rank has no "
+                            "token ("
+                         << net::auth::kTokenHint << ")";
+        continue;
+      }
+      std::string why = check_incoming(in, nonce, rank, rank + 1, size - 1);
       if (why.empty() && !peers[in.hello.route.sender])
         why = "not a shared-memory peer of this rank";
       if (why.empty() && (*links)[in.hello.route.sender].socket) why = "rank already connected";
@@ -258,15 +286,21 @@ void accept_all(int listen_fd, int rank, int size, const std::vector<bool>& peer
                          << ": " << e.what();
         continue;
       }
-      (*links)[peer] = PeerLink{std::move(in.fd), std::move(send), std::move(recv),
-                                static_cast<pid_t>(in.hello.pid)};
+      (*links)[peer] = PeerLink{std::move(in.fd), std::move(send), std::move(recv), in.peer_pid};
       --missing;
     }
     if (fds[0].revents != 0) {
       while (true) {
         net::Fd fd(::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
         if (!fd) break;
-        pending.push_back(Incoming{std::move(fd)});
+        Incoming in{std::move(fd)};
+        if (std::string why = check_credentials(in.fd.get(), &in.peer_pid); !why.empty()) {
+          TDIST_LOG(kWarn) << "shared-memory transport rank " << rank
+                           << ": rejected a connection: " << why;
+          continue;
+        }
+        if (key.enabled()) in.auth.emplace(key, kAuthContext, kHelloBytes);
+        pending.push_back(std::move(in));
       }
     }
   }
@@ -292,6 +326,7 @@ std::vector<PeerLink> link_peers(Store& store, int rank, int size, const std::ve
                           kRingAlign * kRingAlign;
   const auto start = Clock::now();
   const uint64_t nonce = group_nonce(store, "nonce", rank == first, deadline);
+  const net::auth::Key key = net::auth::Key::from_settings();
   net::Fd listener = unix_socket();
   sockaddr_un address;
   const socklen_t length = abstract_address(nonce, rank, &address);
@@ -303,10 +338,10 @@ std::vector<PeerLink> link_peers(Store& store, int rank, int size, const std::ve
   std::map<int, std::string> failures;
   for (int peer = 0; peer < rank; ++peer) {
     if (!peers[peer]) continue;
-    std::string why = connect_to(rank, peer, nonce, capacity, deadline, &links[peer]);
+    std::string why = connect_to(rank, peer, nonce, capacity, key, deadline, &links[peer]);
     if (!why.empty()) failures[peer] = why;
   }
-  accept_all(listener.get(), rank, size, peers, nonce, capacity, deadline, &links);
+  accept_all(listener.get(), rank, size, peers, nonce, capacity, key, deadline, &links);
   for (int peer = rank + 1; peer < size; ++peer) {
     if (peers[peer] && !links[peer].socket) failures[peer] = "it never connected to this rank";
   }

@@ -8,7 +8,9 @@
 // "\0tdist-shm-<nonce hex>-<rank>" (no filesystem entry, nothing to clean up; it is closed
 // once setup ends). Rank i connects to every peer j < i, in order, and then accepts from
 // every peer j > i; this order cannot deadlock, because a rank's connects only need lower
-// ranks to reach their accept phase. Each side sends a hello
+// ranks to reach their accept phase. Each side first checks that the other runs as the same
+// user (SO_PEERCRED), and with a token (TDIST_AUTH_TOKEN) the two prove they know it
+// (transport/auth_exchange.h; AuthError when they disagree). Then each side sends a hello
 // {magic, version, sender, receiver, nonce, pid, ring capacity} with the memfd of the ring
 // it will write to that peer attached (SCM_RIGHTS); the other side checks the hello and
 // maps the ring. A connection with a wrong hello is closed with a log line and does not
@@ -70,7 +72,7 @@ struct PeerLink {
   net::Fd socket;  // connected unix stream socket, non-blocking
   Mapping send;    // the ring this rank writes to the peer (created here)
   Mapping recv;    // the ring the peer writes to this rank (received from it)
-  pid_t pid = 0;   // the peer's process id, for messages
+  pid_t pid = 0;   // the peer's process id here (SO_PEERCRED; 0: in another pid namespace)
 };
 
 // The links by peer rank (entries of non-peers and of `rank` stay empty). `ring_bytes` is the data

@@ -7,6 +7,8 @@
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <optional>
+#include <string_view>
 #include <thread>
 
 #include "net/address.h"
@@ -14,91 +16,26 @@
 #include "tdist/error.h"
 #include "tdist/logging.h"
 #include "tdist/store.h"
+#include "transport/auth_exchange.h"
 #include "transport/connect.h"
-#include "transport/hello.h"
+#include "transport/tcp/hello_codec.h"
 
 namespace tdist::transport::tcp {
 namespace {
 
-constexpr uint32_t kHelloMagic = 0x74644354;  // "tdCT"
-constexpr uint16_t kProtocolVersion = 2;      // 2: several sockets per peer (lane, nsocks)
-constexpr size_t kHelloBytes = 24;
 constexpr auto kAcceptPollSlice = std::chrono::milliseconds(50);
 constexpr auto kRetryPause = std::chrono::milliseconds(20);
-
-struct Hello {
-  HelloRoute route{kHelloMagic, kProtocolVersion};
-  uint8_t lane = 0;
-  uint8_t nsocks = 1;
-};
-
-Hello hello_to(int sender, int receiver, uint64_t group_id, size_t lane, size_t nsocks) {
-  Hello h;
-  h.route.sender = static_cast<uint32_t>(sender);
-  h.route.receiver = static_cast<uint32_t>(receiver);
-  h.route.nonce = group_id;
-  h.lane = static_cast<uint8_t>(lane);
-  h.nsocks = static_cast<uint8_t>(nsocks);
-  return h;
-}
-
-template <typename T>
-void put(uint8_t* out, T value) {
-  for (size_t i = 0; i < sizeof(T); ++i) out[i] = static_cast<uint8_t>(value >> (8 * i));
-}
-
-template <typename T>
-T take(const uint8_t* in) {
-  T value = 0;
-  for (size_t i = 0; i < sizeof(T); ++i) value |= static_cast<T>(T{in[i]} << (8 * i));
-  return value;
-}
-
-// Little-endian: magic(4) version(2) lane(1) nsocks(1) sender(4) receiver(4) group_id(8).
-void encode(const Hello& h, uint8_t* out) {
-  std::memset(out, 0, kHelloBytes);
-  put(out, h.route.magic);
-  put(out + 4, h.route.version);
-  out[6] = h.lane;
-  out[7] = h.nsocks;
-  put(out + 8, h.route.sender);
-  put(out + 12, h.route.receiver);
-  put(out + 16, h.route.nonce);
-}
-
-Hello decode(const uint8_t* in) {
-  Hello h;
-  h.route.magic = take<uint32_t>(in);
-  h.route.version = take<uint16_t>(in + 4);
-  h.lane = in[6];
-  h.nsocks = in[7];
-  h.route.sender = take<uint32_t>(in + 8);
-  h.route.receiver = take<uint32_t>(in + 12);
-  h.route.nonce = take<uint64_t>(in + 16);
-  return h;
-}
-
-// Empty when `h` is a valid hello from `sender_lo..sender_hi` to `receiver`; else why not.
-std::string check_hello(const Hello& h, uint64_t group_id, size_t nsocks, int receiver,
-                        int sender_lo, int sender_hi) {
-  std::string why = check_route(h.route, hello_to(0, receiver, group_id, 0, nsocks).route,
-                                sender_lo, sender_hi, "TCP transport");
-  if (!why.empty()) return why;
-  if (h.nsocks != nsocks) {
-    return detail::str_cat("it uses ", int{h.nsocks}, " sockets per peer, this rank ", nsocks,
-                           " (TDIST_SOCKET_NSOCKS_PERPEER must agree on every rank)");
-  }
-  if (h.lane >= nsocks) return detail::str_cat("socket index ", int{h.lane}, " out of range");
-  return {};
-}
+constexpr std::string_view kAuthContext = "tcp-transport";
 
 // Accepts connections from the peers above `rank` on its own thread until all arrived,
 // the deadline passed or stop() was called.
 class Acceptor {
  public:
   Acceptor(net::Listener listener, int rank, int size, const std::vector<bool>& peers,
-           uint64_t group_id, size_t nsocks, Deadline deadline, std::vector<PeerSocket>* sockets)
+           uint64_t group_id, size_t nsocks, const net::auth::Key& key, Deadline deadline,
+           std::vector<PeerSocket>* sockets)
       : listener_(std::move(listener)),
+        key_(key),
         rank_(rank),
         size_(size),
         peers_(peers),
@@ -121,6 +58,8 @@ class Acceptor {
  private:
   struct Pending {
     net::Fd fd;
+    std::optional<AuthResponder> auth;  // with a token: the exchange before the hello
+    bool authenticated = false;
     uint8_t hello[kHelloBytes] = {};
     size_t got = 0;
   };
@@ -161,6 +100,18 @@ class Acceptor {
 
   // Reads hello bytes; true when the connection is finished with (kept or rejected).
   bool progress(Pending* p, int* missing) {
+    if (key_.enabled() && !p->authenticated) {
+      if (!p->auth) p->auth.emplace(key_, kAuthContext, kHelloBytes);
+      AuthResponder::State state = p->auth->progress(p->fd.get(), deadline_);
+      if (state == AuthResponder::State::kMore) return false;
+      if (state == AuthResponder::State::kRefused) {
+        TDIST_LOG(kWarn) << "TCP transport rank " << rank_ << ": rejected connection from "
+                         << net::SocketAddress::peer_of(p->fd.get()).to_string() << ": "
+                         << p->auth->why();
+        return true;
+      }
+      p->authenticated = true;  // its hello follows
+    }
     ssize_t n = ::recv(p->fd.get(), p->hello + p->got, kHelloBytes - p->got, 0);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
     std::string peer = net::SocketAddress::peer_of(p->fd.get()).to_string();
@@ -170,7 +121,14 @@ class Acceptor {
     }
     p->got += static_cast<size_t>(n);
     if (p->got < kHelloBytes) return false;
-    Hello h = decode(p->hello);
+    if (!key_.enabled() && is_auth_hello(p->hello)) {
+      refuse_no_token(p->fd.get());
+      TDIST_LOG(kWarn) << "TCP transport rank " << rank_ << ": rejected connection from " << peer
+                       << ": it authenticates, and this rank has no token ("
+                       << net::auth::kTokenHint << ")";
+      return true;
+    }
+    Hello h = decode_hello(p->hello);
     std::string why = check_hello(h, group_id_, nsocks_, rank_, rank_ + 1, size_ - 1);
     if (why.empty() && !peers_[h.route.sender]) {
       why = detail::str_cat("rank ", h.route.sender, " is reached by another kind of channel");
@@ -184,7 +142,8 @@ class Acceptor {
       return true;
     }
     uint8_t reply[kHelloBytes];
-    encode(hello_to(rank_, static_cast<int>(h.route.sender), group_id_, h.lane, nsocks_), reply);
+    encode_hello(hello_to(rank_, static_cast<int>(h.route.sender), group_id_, h.lane, nsocks_),
+                 reply);
     try {
       net::write_full(p->fd.get(), reply, kHelloBytes, deadline_, peer);
     } catch (const Error& e) {
@@ -199,6 +158,7 @@ class Acceptor {
   }
 
   net::Listener listener_;
+  const net::auth::Key& key_;
   int rank_;
   int size_;
   std::vector<bool> peers_;
@@ -213,7 +173,7 @@ class Acceptor {
 // Connects to lower rank `peer` on every lane; empty on success, else why it failed
 // (deadline passed).
 std::string connect_to(Store& store, int rank, int peer, uint64_t group_id, size_t nsocks,
-                       Deadline deadline, PeerSocket* out) {
+                       const net::auth::Key& key, Deadline deadline, PeerSocket* out) {
   std::string address;
   try {
     address = to_string(store.get("addr/" + std::to_string(peer), deadline));
@@ -227,11 +187,17 @@ std::string connect_to(Store& store, int rank, int peer, uint64_t group_id, size
     while (!out->fds[lane] && !deadline.expired()) {
       try {
         net::Fd fd = net::connect_tcp(hp.host, hp.port, deadline);
+        const std::string what = detail::str_cat("TCP transport: rank ", peer, " at ", address);
+        if (key.enabled()) authenticate_initiator(fd.get(), key, kAuthContext, deadline, what);
         uint8_t hello[kHelloBytes];
-        encode(hello_to(rank, peer, group_id, lane, nsocks), hello);
+        encode_hello(hello_to(rank, peer, group_id, lane, nsocks), hello);
         net::write_full(fd.get(), hello, kHelloBytes, deadline, address);
         net::read_full(fd.get(), hello, kHelloBytes, deadline, address);
-        Hello reply = decode(hello);
+        if (is_refusal(hello)) {
+          TDIST_THROW(AuthError, what, " requires authentication, and this process has no token (",
+                      net::auth::kTokenHint, ")");
+        }
+        Hello reply = decode_hello(hello);
         std::string why = check_hello(reply, group_id, nsocks, rank, peer, peer);
         if (why.empty() && reply.lane != lane) {
           why = detail::str_cat("socket index ", int{reply.lane}, ", expected ", lane);
@@ -267,15 +233,18 @@ std::vector<PeerSocket> build_mesh(Store& store, int rank, int size, const std::
   if (size <= 1) return sockets;
   const auto start = Clock::now();
   uint64_t group_id = group_nonce(store, "group_id", rank == first, deadline);
+  const net::auth::Key key = net::auth::Key::from_settings();
   net::Listener listener = net::listen_tcp(local_ip, 0);
   std::string my_address = net::format_host_port(local_ip, listener.port());
   std::map<int, std::string> failures;
   {
-    Acceptor acceptor(std::move(listener), rank, size, peers, group_id, nsocks, deadline, &sockets);
+    Acceptor acceptor(std::move(listener), rank, size, peers, group_id, nsocks, key, deadline,
+                      &sockets);
     store.set("addr/" + std::to_string(rank), my_address);
     for (int peer = 0; peer < rank; ++peer) {
       if (!peers[peer]) continue;
-      std::string why = connect_to(store, rank, peer, group_id, nsocks, deadline, &sockets[peer]);
+      std::string why =
+          connect_to(store, rank, peer, group_id, nsocks, key, deadline, &sockets[peer]);
       if (!why.empty()) failures[peer] = why;
     }
     acceptor.finish();
