@@ -10,9 +10,12 @@
 #  - check: one tdistrun agent per host (--node-rank = the host's index) starts the
 #    host's ranks; every rank runs every collective over `auto` and checks each result
 #    against its reference (collectives_worker.cc); every rank must say so and exit 0;
+#    the job is authenticated: every agent gets the same TDIST_AUTH_TOKEN_FILE, and none
+#    may warn that the job has no token;
 #  - kill: the ranks are started directly in their hosts (env://, no agent that could
 #    stop them first); the last rank, on the last host, SIGKILLs itself while the others
-#    wait in an all_reduce that needs it; each must get PeerError within 5 s of the kill.
+#    wait in an all_reduce that needs it; each must get PeerError within 5 s of the kill
+#    (the ranks share a TDIST_AUTH_TOKEN).
 # After each scenario nothing may be left in the namespaces. Every process runs under
 # `timeout`, so a hang fails its scenario in seconds, not the whole test.
 # Exit status: 0 all passed, 77 skipped (netns.sh check says why: not root, no `ip`, no
@@ -45,6 +48,8 @@ nhosts=3
 "$netns" setup "$prefix" "$nhosts"
 addrs=()
 for ((i = 0; i < nhosts; i++)); do addrs+=("$("$netns" addr "$prefix" "$i")"); done
+token_file="$tmp/token"
+(umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$token_file")
 
 failed=0     # scenarios that failed
 problems=()  # what went wrong in the current scenario
@@ -94,7 +99,7 @@ check() {
   title+=" with ${layout[*]} ranks"
   begin "check_${layout[*]// /_}"
   for ((i = 0; i < nnodes; i++)); do
-    timeout -k 5 40 env TMPDIR="$dir" TDIST_TEST_BACKEND=auto \
+    timeout -k 5 40 env TMPDIR="$dir" TDIST_TEST_BACKEND=auto TDIST_AUTH_TOKEN_FILE="$token_file" \
       "$netns" exec "$prefix" "$i" "$tdistrun" --nnodes "$nnodes" --node-rank "$i" \
       --nproc-per-node "${layout[i]}" --rdzv-endpoint "${addrs[0]}:29400" \
       --rdzv-id "check${layout[*]// /}" --rdzv-timeout 20 --no-python "$worker" check \
@@ -109,6 +114,8 @@ check() {
   local passed
   passed=$(cat "$dir"/host*.out | grep -Ec "checks passed \(backend auto, world $world\)" || true)
   ((passed == world)) || problem "$passed of $world ranks reported their checks passed"
+  ! grep -l "no authentication token" "$dir"/host*.err >/dev/null ||
+    problem "an agent warned that the job has no authentication token"
   end "$title"
 }
 
@@ -127,7 +134,7 @@ kill_test() {
       bash -c '"$@"; exit $?' rank"$rank" \
         timeout -k 5 20 env RANK="$rank" WORLD_SIZE="$world" LOCAL_RANK="$l" \
         LOCAL_WORLD_SIZE="${layout[i]}" GROUP_RANK="$i" MASTER_ADDR="${addrs[0]}" \
-        MASTER_PORT="$port" TDIST_TEST_BACKEND=auto \
+        MASTER_PORT="$port" TDIST_TEST_BACKEND=auto TDIST_AUTH_TOKEN="$(cat "$token_file")" \
         "$netns" exec "$prefix" "$i" "$worker" kill "$victim" "$dir" \
         >"$dir/rank$rank.out" 2>"$dir/rank$rank.err" &
       pids+=($!)
@@ -152,6 +159,36 @@ kill_test() {
 $((world - 1)) others within 5 s (slowest ${slowest:-?} ms)"
 }
 
+# intruder: host 1's agent has another token than host 0's; it is refused by host 0's
+# store with AuthError and exits non-zero at once, and no worker starts anywhere.
+intruder_test() {
+  local pids=() rc start elapsed
+  begin intruder
+  start=$(date +%s)
+  timeout -k 5 30 env TMPDIR="$dir" TDIST_AUTH_TOKEN_FILE="$token_file" \
+    "$netns" exec "$prefix" 0 "$tdistrun" --nnodes 2 --node-rank 0 --nproc-per-node 1 \
+    --rdzv-endpoint "${addrs[0]}:29400" --rdzv-id intruder --rdzv-timeout 4 --no-python \
+    "$worker" check >"$dir/host0.out" 2>"$dir/host0.err" &
+  pids+=($!)
+  sleep 0.5
+  rc=0
+  timeout -k 5 30 env TMPDIR="$dir" TDIST_AUTH_TOKEN=not-the-token \
+    "$netns" exec "$prefix" 1 "$tdistrun" --nnodes 2 --node-rank 1 --nproc-per-node 1 \
+    --rdzv-endpoint "${addrs[0]}:29400" --rdzv-id intruder --rdzv-timeout 4 --no-python \
+    "$worker" check >"$dir/host1.out" 2>"$dir/host1.err" || rc=$?
+  elapsed=$(($(date +%s) - start))
+  ((rc != 0)) || problem "the intruding agent exited 0"
+  grep -q "authentication token" "$dir/host1.err" ||
+    problem "the intruding agent's error does not name the authentication token"
+  ((elapsed < 4)) || problem "the intruding agent took ${elapsed} s to fail (retried?)"
+  rc=0
+  wait "${pids[0]}" 2>/dev/null || rc=$?
+  ((rc != 0)) || problem "host 0's agent exited 0 without its second node"
+  ! grep -q "checks passed" "$dir"/host*.out || problem "a worker ran"
+  end "intruder: an agent with another token is refused at once"
+}
+
+intruder_test
 kill_round=0
 for layout in "2 2" "2 2 2" "1 3"; do
   # shellcheck disable=SC2086  # the layout's words are its hosts
