@@ -160,7 +160,7 @@ void StoreServer::handle(Connection& c, const store_wire::FrameHeader& h,
           if (!data_.contains(k)) missing.push_back(k);
         }
         unpark(*it->second);
-        c.waits.erase(it);
+        erase_wait(c, it);
       }
       reply(c, id).u8(parked ? 1 : 0).keys(missing).finish();
       return;
@@ -223,9 +223,9 @@ void StoreServer::park_or_complete(Connection& c, uint32_t request_id, Command c
   if (c.waits.contains(request_id)) {
     TDIST_THROW(PeerError, "request id ", request_id, " is already waiting");
   }
-  if (c.waits.size() >= max_waits_per_connection_ &&
-      !std::all_of(keys.begin(), keys.end(),
-                   [this](const std::string& k) { return data_.contains(k); })) {
+  const bool ready = std::all_of(keys.begin(), keys.end(),
+                                 [this](const std::string& k) { return data_.contains(k); });
+  if (c.waits.size() >= max_waits_per_connection_ && !ready) {
     reply(c, request_id, Status::kError)
         .bytes(
             std::string_view(detail::str_cat(c.waits.size(),
@@ -235,7 +235,22 @@ void StoreServer::park_or_complete(Connection& c, uint32_t request_id, Command c
         .finish();
     return;
   }
+  // A parked request's keys are the server's memory too (a WAIT naming millions of short
+  // keys is several times its frame): they count against the buffer budget while it waits.
+  size_t cost = sizeof(Waiter) + 2 * sizeof(std::shared_ptr<Waiter>) + 64;
+  for (const auto& k : keys) cost += sizeof(std::string) + k.size();
+  if (!ready && !fits_budget(cost)) {
+    reply(c, request_id, Status::kError)
+        .bytes(std::string_view(detail::str_cat(
+            "the server's buffers are full: a request waiting on ", keys.size(), " keys (", cost,
+            " bytes) does not fit (", buffered_, " of ", buffer_budget_,
+            " bytes in use; TDIST_STORE_MAX_BUFFER_BYTES); try again later")))
+        .finish();
+    return;
+  }
   auto w = std::make_shared<Waiter>(Waiter{c.id, request_id, command, std::move(keys)});
+  w->cost = cost;
+  buffered_ += cost;
   c.waits.emplace(request_id, w);
   advance(w);
 }
@@ -272,7 +287,7 @@ void StoreServer::advance(const std::shared_ptr<Waiter>& w) {
   Connection* c = find(w->conn_id);
   if (c == nullptr) return;
   complete(*c, *w);
-  c->waits.erase(w->request_id);  // may free *w
+  erase_wait(*c, c->waits.find(w->request_id));  // may free *w
 }
 
 void StoreServer::complete(Connection& c, const Waiter& w) {
@@ -321,8 +336,17 @@ void StoreServer::unpark(Waiter& w) {
 }
 
 void StoreServer::drop_waits(Connection& c) {
-  for (auto& [id, w] : c.waits) unpark(*w);
+  for (auto& [id, w] : c.waits) {
+    unpark(*w);
+    buffered_ -= w->cost;
+  }
   c.waits.clear();
+}
+
+void StoreServer::erase_wait(Connection& c,
+                             std::unordered_map<uint32_t, std::shared_ptr<Waiter>>::iterator it) {
+  buffered_ -= it->second->cost;
+  c.waits.erase(it);
 }
 
 }  // namespace tdist::store_internal

@@ -42,6 +42,7 @@ struct Waiter {
   store_wire::Command command;
   std::vector<std::string> keys;
   size_t next = 0;  // keys[0..next) were seen present
+  size_t cost = 0;  // its memory, counted in StoreServer::buffered_ while it waits
   bool parked = false;
   WaiterList::iterator slot;  // in parked_[keys[next]] while parked
 };
@@ -121,6 +122,9 @@ class StoreServer final : public TCPStoreServer {
   void complete(Connection& c, const Waiter& w);
   void unpark(Waiter& w);
   void drop_waits(Connection& c);
+  // Forgets c's wait `it` (a request id of c.waits) and its share of the budget.
+  void erase_wait(Connection& c,
+                  std::unordered_map<uint32_t, std::shared_ptr<Waiter>>::iterator it);
   void put(const std::string& key, Bytes value);
 
   store_wire::Limits limits_;
