@@ -23,6 +23,7 @@ void StoreServer::handle(Connection& c, const store_wire::FrameHeader& h,
                          std::span<const uint8_t> payload) {
   PayloadReader r(payload, limits_);
   const uint32_t id = h.request_id;
+  if (!decoding_fits(c, h, payload)) return;
   switch (static_cast<Command>(h.code)) {
     case Command::kSet: {
       std::string key = r.key();
@@ -167,6 +168,28 @@ void StoreServer::handle(Connection& c, const store_wire::FrameHeader& h,
     }
   }
   TDIST_THROW(PeerError, "unknown command code ", static_cast<int>(h.code));
+}
+
+bool StoreServer::decoding_fits(Connection& c, const store_wire::FrameHeader& h,
+                                std::span<const uint8_t> payload) {
+  const auto command = static_cast<Command>(h.code);
+  size_t item = 0;  // decoded bytes per listed key, besides the key's own bytes
+  if (command == Command::kWait || command == Command::kMultiGet || command == Command::kCheck) {
+    item = sizeof(std::string);
+  } else if (command == Command::kMultiSet) {
+    item = sizeof(std::pair<std::string, Bytes>);
+  }
+  if (item == 0 || payload.size() < 4) return true;  // no list, or malformed: handle() says
+  const size_t n = PayloadReader(payload, limits_).u32();
+  const size_t cost = payload.size() + n * item;
+  if (fits_budget(cost)) return true;
+  reply(c, h.request_id, Status::kError)
+      .bytes(std::string_view(detail::str_cat(
+          "the server's buffers are full: a ", store_wire::command_name(h.code), " naming ", n,
+          " keys takes ", cost, " bytes decoded (", buffered_, " of ", buffer_budget_,
+          " bytes in use; TDIST_STORE_MAX_BUFFER_BYTES); try again later")))
+      .finish();
+  return false;
 }
 
 bool StoreServer::handle_auth(Connection& c, const store_wire::FrameHeader& h,

@@ -38,6 +38,16 @@ constexpr size_t kPauseReadingBytes = 64 * 1024 * 1024;  // unsent replies that 
 constexpr size_t kAlwaysFits = 64 * 1024;
 constexpr size_t kSpareDescriptors = 64;  // listener, epoll, eventfd, the process's own
 
+// Empties `buffer`, and gives its memory back when it grew large: an idle connection that
+// once carried a large frame keeps none of it (the budget counts bytes in use).
+void release_if_large(std::vector<uint8_t>& buffer) {
+  if (buffer.capacity() > kAlwaysFits) {
+    std::vector<uint8_t>().swap(buffer);
+  } else {
+    buffer.clear();
+  }
+}
+
 // Raises the soft RLIMIT_NOFILE towards the hard limit when `needed` exceeds it.
 void raise_descriptor_limit(size_t needed) {
   rlimit rl{};
@@ -273,7 +283,11 @@ bool StoreServer::read_input(Connection& c) {
 }
 
 bool StoreServer::output_paused(const Connection& c) const {
-  return c.out.size() - c.out_start > kPauseReadingBytes;
+  // Small replies always fit the budget (fits_budget), so many connections that never read
+  // theirs would together exceed it: once it is exceeded, any connection with more than a
+  // small reply's worth unsent is not read from either.
+  const size_t pending = c.out.size() - c.out_start;
+  return pending > kPauseReadingBytes || (pending > kAlwaysFits && buffered_ > buffer_budget_);
 }
 
 bool StoreServer::parse_frames(Connection& c) {
@@ -351,6 +365,7 @@ bool StoreServer::parse_frames(Connection& c) {
     pos += kLengthBytes + length;
   }
   c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>(pos));
+  if (c.in.empty()) release_if_large(c.in);
   account(c);
   if (c.in.empty()) {
     c.partial_since.reset();
@@ -430,7 +445,7 @@ void StoreServer::flush(Connection& c) {
     return;
   }
   if (c.out_start == c.out.size()) {
-    c.out.clear();
+    release_if_large(c.out);
     c.out_start = 0;
   } else if (c.out_start > c.out.size() / 2) {
     c.out.erase(c.out.begin(), c.out.begin() + static_cast<std::ptrdiff_t>(c.out_start));
@@ -445,8 +460,8 @@ void StoreServer::flush(Connection& c) {
 
 void StoreServer::update_interest(Connection& c) {
   size_t pending = c.out.size() - c.out_start;
-  uint32_t want = (pending > kPauseReadingBytes ? 0u : uint32_t{EPOLLIN}) |
-                  (pending > 0 ? uint32_t{EPOLLOUT} : 0u);
+  uint32_t want =
+      (output_paused(c) ? 0u : uint32_t{EPOLLIN}) | (pending > 0 ? uint32_t{EPOLLOUT} : 0u);
   if (want == c.events) return;
   loop_.modify(c.fd.get(), want);
   c.events = want;

@@ -106,6 +106,10 @@ class StoreServer final : public TCPStoreServer {
   bool fits_budget(size_t bytes) const;
 
   // tcp_store_commands.cc: requests against the map.
+  // Whether a request listing keys fits the buffer budget once decoded (a std::string per
+  // key of 4 bytes on the wire); else refuses it with an error reply, undecoded.
+  bool decoding_fits(Connection& c, const store_wire::FrameHeader& h,
+                     std::span<const uint8_t> payload);
   // A frame of a connection that has not authenticated yet; false when it was refused.
   bool handle_auth(Connection& c, const store_wire::FrameHeader& h,
                    std::span<const uint8_t> payload);
