@@ -318,8 +318,8 @@ bool StoreServer::parse_frames(Connection& c) {
                        /*warn=*/true);
       return false;
     }
-    // Incomplete: wait for more. (No memory is reserved for the announced length: a client
-    // that announces 256 MiB and sends 10 bytes must not cost 256 MiB.) The whole of it
+    // Incomplete: wait for more. (Its room is reserved, but pages are touched only as bytes
+    // arrive: a client that announces 256 MiB and sends 10 bytes costs no 256 MiB.) The whole of it
     // counts against the buffer budget, though, so that many half-sent large frames cannot
     // together exceed it: a large one is taken only while the budget has room for the rest,
     // checked once, when it begins to arrive.
@@ -335,6 +335,9 @@ bool StoreServer::parse_frames(Connection& c) {
         return false;
       }
       c.frame_target = kLengthBytes + length;  // its whole size is counted from now on
+      // Room for exactly the rest, so that a large frame is not copied and held twice by
+      // the buffer's doubling.
+      if (c.frame_target > kAlwaysFits) c.in.reserve(pos + c.frame_target);
       break;
     }
     store_wire::FrameHeader h = store_wire::decode_header(c.in.data() + pos);
