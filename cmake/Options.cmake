@@ -2,10 +2,21 @@
 add_library(tdist_warnings INTERFACE)
 target_compile_options(tdist_warnings INTERFACE -Wall -Wextra -Wpedantic -Wshadow
                        -Wnon-virtual-dtor -Wno-missing-field-initializers)
+# Lock rules (include/tdist/thread_annotations.h), checked by clang.
+if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+  target_compile_options(tdist_warnings INTERFACE -Wthread-safety -Wthread-safety-beta)
+endif()
 if(TDIST_WERROR)
   target_compile_options(tdist_warnings INTERFACE -Werror)
 endif()
+# TDIST_SANITIZE (address,undefined or thread) instruments every target of the tree: the
+# library, tests, the programs they start and the tools. A UBSan finding aborts, so it
+# fails its test; tests/CMakeLists.txt gives the tests the runtimes' options.
+set_property(CACHE TDIST_SANITIZE PROPERTY STRINGS "" "address,undefined" "thread")
 if(TDIST_SANITIZE)
   add_compile_options(-fsanitize=${TDIST_SANITIZE} -fno-omit-frame-pointer)
+  if(TDIST_SANITIZE MATCHES "undefined")
+    add_compile_options(-fno-sanitize-recover=undefined)
+  endif()
   add_link_options(-fsanitize=${TDIST_SANITIZE})
 endif()

@@ -35,7 +35,6 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -43,6 +42,7 @@
 #include "tdist/dtype.h"
 #include "tdist/reduce_op.h"
 #include "tdist/store.h"
+#include "tdist/thread_annotations.h"
 #include "tdist/work.h"
 
 namespace tdist {
@@ -202,10 +202,10 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::vector<int> global_ranks_;
   uint64_t subgroups_made_ = 0;  // same count on every rank (collective calls)
   // Numbers collectives: a do_* collective runs with issue_mu_ held; next_seq_ is
-  // written only under it and read anywhere.
+  // written only under it and read anywhere (so not TDIST_GUARDED_BY).
   template <typename Call>
-  WorkPtr numbered(Call&& call);
-  std::mutex issue_mu_;
+  WorkPtr numbered(Call&& call) TDIST_EXCLUDES(issue_mu_);
+  Mutex issue_mu_;
   std::atomic<uint64_t> next_seq_{0};
 };
 

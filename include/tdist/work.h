@@ -15,15 +15,14 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "tdist/deadline.h"
+#include "tdist/thread_annotations.h"
 
 namespace tdist {
 
@@ -71,9 +70,9 @@ class Work {
   std::exception_ptr error_;  // written once, before finished_; read only after it is seen
   std::atomic<bool> finished_{false};
   std::atomic<int> watchers_{0};  // blocked waiters plus registered callbacks
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::function<void()>> callbacks_;  // guarded by mu_; run once by finish()
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::vector<std::function<void()>> callbacks_ TDIST_GUARDED_BY(mu_);  // run once by finish()
 };
 
 using WorkPtr = std::shared_ptr<Work>;

@@ -8,6 +8,7 @@
 #include "core/block_cache.h"
 #include "core/coarse_clock.h"
 #include "tdist/error.h"
+#include "tdist/thread_annotations.h"
 
 namespace tdist::backends {
 namespace {
@@ -27,10 +28,10 @@ class RequestWork : public Work {
 
  protected:
   // Finishes outside poll_mu_: finish() runs callbacks, which may poll this Work again.
-  void poll(Deadline deadline) override {
+  void poll(Deadline deadline) override TDIST_EXCLUDES(poll_mu_) {
     std::exception_ptr error;
     {
-      std::lock_guard<std::mutex> lock(poll_mu_);
+      MutexLock lock(poll_mu_);
       const bool just_test = !deadline.is_never() && deadline.time() <= Clock::now();
       try {
         while (next_ < requests_.size()) {
@@ -61,9 +62,9 @@ class RequestWork : public Work {
   const int rank_;
   const int size_;
   const std::string backend_;
-  std::mutex poll_mu_;
-  std::vector<transport::RequestPtr> requests_;  // guarded by poll_mu_
-  size_t next_ = 0;                              // first request not yet complete
+  Mutex poll_mu_;
+  std::vector<transport::RequestPtr> requests_ TDIST_GUARDED_BY(poll_mu_);
+  size_t next_ TDIST_GUARDED_BY(poll_mu_) = 0;  // first request not yet complete
   const Deadline op_deadline_;
 };
 

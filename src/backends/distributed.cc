@@ -2,7 +2,6 @@
 // (distributed.h).
 #include "tdist/distributed.h"
 
-#include <mutex>
 #include <utility>
 
 #include "tdist/backend.h"
@@ -10,14 +9,15 @@
 #include "tdist/error_file.h"
 #include "tdist/logging.h"
 #include "tdist/settings.h"
+#include "tdist/thread_annotations.h"
 
 namespace tdist {
 namespace {
 
 struct World {
-  std::mutex mu;
-  std::shared_ptr<ProcessGroup> group;  // guarded by mu
-  bool initializing = false;            // guarded by mu: an init is running
+  Mutex mu;
+  std::shared_ptr<ProcessGroup> group TDIST_GUARDED_BY(mu);
+  bool initializing TDIST_GUARDED_BY(mu) = false;  // an init is running
 };
 
 World& world() {
@@ -27,7 +27,7 @@ World& world() {
 
 std::shared_ptr<ProcessGroup> require_group(const char* caller) {
   World& w = world();
-  std::lock_guard<std::mutex> lock(w.mu);
+  MutexLock lock(w.mu);
   if (w.group == nullptr) {
     TDIST_THROW(Error, caller,
                 ": the default process group is not initialized; call init_process_group first");
@@ -40,7 +40,7 @@ class InitGuard {
  public:
   InitGuard() {
     World& w = world();
-    std::lock_guard<std::mutex> lock(w.mu);
+    MutexLock lock(w.mu);
     if (w.group != nullptr) {
       TDIST_THROW(Error, "init_process_group: the default process group is already initialized ",
                   "(backend '", w.group->backend_name(), "', rank ", w.group->rank(), " of ",
@@ -55,7 +55,7 @@ class InitGuard {
   }
   ~InitGuard() {
     World& w = world();
-    std::lock_guard<std::mutex> lock(w.mu);
+    MutexLock lock(w.mu);
     w.initializing = false;
   }
   InitGuard(const InitGuard&) = delete;
@@ -97,7 +97,7 @@ void init_process_group(const std::string& backend, const std::string& init_meth
 
   {
     World& w = world();
-    std::lock_guard<std::mutex> lock(w.mu);
+    MutexLock lock(w.mu);
     w.group = group;
   }
   set_log_rank(joined.rank);
@@ -109,7 +109,7 @@ void destroy_process_group() {
   std::shared_ptr<ProcessGroup> group;
   {
     World& w = world();
-    std::lock_guard<std::mutex> lock(w.mu);
+    MutexLock lock(w.mu);
     if (w.group == nullptr) {
       TDIST_THROW(Error, "destroy_process_group: the default process group is not initialized");
     }
@@ -122,7 +122,7 @@ void destroy_process_group() {
 
 bool is_initialized() {
   World& w = world();
-  std::lock_guard<std::mutex> lock(w.mu);
+  MutexLock lock(w.mu);
   return w.group != nullptr;
 }
 

@@ -23,7 +23,7 @@ OpQueue::~OpQueue() { stop(); }
 
 void OpQueue::stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   cv_.notify_all();
@@ -33,7 +33,7 @@ void OpQueue::stop() {
 void OpQueue::push(uint64_t seq, std::shared_ptr<QueuedWork> work) {
   bool wake = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     // Coarse (a tick early at most): the worker may then claim an operation up to a tick
     // sooner, which only costs a hand-off now and then.
     const auto now = core::coarse_now();
@@ -47,13 +47,14 @@ void OpQueue::push(uint64_t seq, std::shared_ptr<QueuedWork> work) {
   if (wake) cv_.notify_one();
 }
 
-void OpQueue::run_front(std::unique_lock<std::mutex>& lock) {
+void OpQueue::run_front_locked() {
   Task task = std::move(queue_.front());
   queue_.pop_front();
   running_ = true;
-  lock.unlock();
-  task.work->run(task.seq);
-  lock.lock();
+  {
+    MutexUnlock unlocked(mu_);
+    task.work->run(task.seq);
+  }
   running_ = false;
   // Callers waiting to run their own operation; the worker when more is queued.
   if (run_waiters_ > 0 || stopping_ || (!queue_.empty() && worker_idle_)) cv_.notify_all();
@@ -61,7 +62,7 @@ void OpQueue::run_front(std::unique_lock<std::mutex>& lock) {
 
 void OpQueue::run_worker() {
   const transport::BackgroundThread background;  // never polls: it serves work nobody waits on
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (;;) {
     if (queue_.empty() && stopping_) return;  // drained
     const auto now = steady_clock::now();
@@ -70,40 +71,41 @@ void OpQueue::run_worker() {
       // new operation alone for claim_delay_ (unless stopping).
       const auto ready = queue_.front().queued + claim_delay_;
       if (stopping_ || now >= ready) {
-        run_front(lock);
+        run_front_locked();
       } else {
-        cv_.wait_until(lock, ready);
+        cv_.wait_until(mu_, ready);
       }
       continue;
     }
     if (now - last_push_ < kLinger) {
-      cv_.wait_for(lock, kTick);
+      cv_.wait_for(mu_, kTick);
     } else {
       worker_idle_ = true;
-      cv_.wait(lock);
+      cv_.wait(mu_);
       worker_idle_ = false;
     }
   }
 }
 
+bool OpQueue::queued_locked(const Work* work) const {
+  for (const Task& t : queue_) {
+    if (t.work.get() == work) return true;
+  }
+  return false;
+}
+
 void OpQueue::run_until(const Work* work) {
-  std::unique_lock<std::mutex> lock(mu_);
-  auto queued = [&] {
-    for (const Task& t : queue_) {
-      if (t.work.get() == work) return true;
-    }
-    return false;
-  };
+  MutexLock lock(mu_);
   // An operation running on another thread comes first (order); then this caller runs
   // the queue up to its own, unless the worker took that meanwhile.
-  while (queued()) {
+  while (queued_locked(work)) {
     if (running_) {
       ++run_waiters_;
-      cv_.wait(lock, [&] { return !running_ || !queued(); });
+      while (running_ && queued_locked(work)) cv_.wait(mu_);
       --run_waiters_;
       continue;
     }
-    run_front(lock);
+    run_front_locked();
   }
 }
 

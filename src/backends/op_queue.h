@@ -21,14 +21,13 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <thread>
 
 #include "tdist/process_group.h"
+#include "tdist/thread_annotations.h"
 #include "tdist/work.h"
 
 namespace tdist::backends {
@@ -44,13 +43,13 @@ class OpQueue {
 
   // Queues `work`, the group's operation number `seq` (ProcessGroup numbers them; pushes
   // come in increasing seq order), which runs as work->run(seq) and finishes itself.
-  void push(uint64_t seq, std::shared_ptr<QueuedWork> work);
+  void push(uint64_t seq, std::shared_ptr<QueuedWork> work) TDIST_EXCLUDES(mu_);
   // Runs queued operations on the calling thread, in order, until `work`'s has run. When
   // another thread is running one, waits for it to end first; returns as soon as `work`'s
   // operation is no longer queued (this thread ran it, or another took it).
-  void run_until(const Work* work);
+  void run_until(const Work* work) TDIST_EXCLUDES(mu_);
   // Lets queued operations finish and joins the worker; idempotent.
-  void stop();
+  void stop() TDIST_EXCLUDES(mu_);
 
   std::chrono::milliseconds longest_op() const { return longest_op_; }
 
@@ -61,20 +60,24 @@ class OpQueue {
     std::chrono::steady_clock::time_point queued;
   };
 
-  void run_worker();
-  // Pops the front task and runs it with mu_ released; needs `lock` held.
-  void run_front(std::unique_lock<std::mutex>& lock);
+  void run_worker() TDIST_EXCLUDES(mu_);
+  // Pops the front task and runs it with mu_ released.
+  void run_front_locked() TDIST_REQUIRES(mu_);
+  // Whether `work`'s operation is still queued.
+  bool queued_locked(const Work* work) const TDIST_REQUIRES(mu_);
 
   const std::chrono::microseconds claim_delay_;
   const std::chrono::milliseconds longest_op_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Task> queue_;    // guarded by mu_
-  bool stopping_ = false;     // guarded by mu_
-  bool running_ = false;      // an operation is executing; guarded by mu_
-  int run_waiters_ = 0;       // callers of run_until waiting for running_ to clear; mu_
-  bool worker_idle_ = false;  // the worker sleeps until woken (no tick); guarded by mu_
-  std::chrono::steady_clock::time_point last_push_;  // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<Task> queue_ TDIST_GUARDED_BY(mu_);
+  bool stopping_ TDIST_GUARDED_BY(mu_) = false;
+  bool running_ TDIST_GUARDED_BY(mu_) = false;  // an operation is executing
+  // Callers of run_until waiting for running_ to clear.
+  int run_waiters_ TDIST_GUARDED_BY(mu_) = 0;
+  // The worker sleeps until woken (no tick).
+  bool worker_idle_ TDIST_GUARDED_BY(mu_) = false;
+  std::chrono::steady_clock::time_point last_push_ TDIST_GUARDED_BY(mu_);
   std::thread worker_;
 };
 

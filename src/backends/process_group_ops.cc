@@ -3,7 +3,6 @@
 // A check that fails throws InvalidArgument before the backend sees the call.
 #include <cstdint>
 #include <limits>
-#include <mutex>
 
 #include "tdist/error.h"
 #include "tdist/process_group.h"
@@ -62,7 +61,7 @@ void check_peer(const char* op, int peer, int rank, int size) {
 
 template <typename Call>
 WorkPtr ProcessGroup::numbered(Call&& call) {
-  std::lock_guard<std::mutex> lock(issue_mu_);
+  MutexLock lock(issue_mu_);
   const uint64_t seq = next_seq_.load(std::memory_order_relaxed);
   WorkPtr work = call(seq);
   next_seq_.store(seq + 1, std::memory_order_release);

@@ -17,17 +17,20 @@ void Work::wait() { wait(Deadline::never()); }
 void Work::wait(Deadline deadline) {
   poll(deadline);
   if (!finished_.load(std::memory_order_acquire)) {
-    std::unique_lock<std::mutex> lock(mu_);
-    // Counted before the predicate reads finished_ (both seq_cst), while finish() sets
-    // finished_ before it reads watchers_: either it sees this waiter and notifies under mu_,
-    // or this waiter sees it finished.
+    MutexLock lock(mu_);
+    // Counted before the loop reads finished_ (both seq_cst), while finish() sets finished_
+    // before it reads watchers_: either it sees this waiter and notifies under mu_, or this
+    // waiter sees it finished.
     watchers_.fetch_add(1, std::memory_order_seq_cst);
     auto finished = [this] { return finished_.load(std::memory_order_seq_cst); };
     bool in_time = true;
-    if (deadline.is_never()) {
-      cv_.wait(lock, finished);
-    } else {
-      in_time = cv_.wait_until(lock, deadline.time(), finished);
+    while (!finished()) {
+      if (deadline.is_never()) {
+        cv_.wait(mu_);
+      } else if (!cv_.wait_until(mu_, deadline.time())) {
+        in_time = finished();
+        break;
+      }
     }
     watchers_.fetch_sub(1, std::memory_order_relaxed);
     if (!in_time) {
@@ -51,7 +54,7 @@ std::exception_ptr Work::exception() const {
 
 void Work::add_callback(std::function<void()> fn) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     watchers_.fetch_add(1, std::memory_order_seq_cst);  // as in wait()
     if (!finished_.load(std::memory_order_seq_cst)) {
       callbacks_.push_back(std::move(fn));  // finish() sees watchers_ and runs it
@@ -69,7 +72,7 @@ void Work::finish(std::exception_ptr error) {
   if (watchers_.load(std::memory_order_seq_cst) == 0) return;  // nobody to wake or call
   std::vector<std::function<void()>> callbacks;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     callbacks.swap(callbacks_);
   }
   cv_.notify_all();

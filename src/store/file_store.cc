@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -20,6 +19,7 @@
 #include "store/store_internal.h"
 #include "tdist/error.h"
 #include "tdist/logging.h"
+#include "tdist/thread_annotations.h"
 
 namespace tdist {
 
@@ -40,13 +40,16 @@ constexpr int kMaxReopens = 100;
 struct FileStore::State {
   State(std::string path, int workers) : log(std::move(path)), num_workers(workers) {}
 
-  std::mutex mu;  // guards everything below and serialises use of the log
-  FileLog log;
-  std::unordered_map<std::string, Bytes> cache;  // user keys
-  std::unordered_map<std::string, Bytes> meta;   // internal counters
+  Mutex mu;  // guards everything below and serialises use of the log
+  FileLog log TDIST_GUARDED_BY(mu);
+  std::unordered_map<std::string, Bytes> cache TDIST_GUARDED_BY(mu);  // user keys
+  std::unordered_map<std::string, Bytes> meta TDIST_GUARDED_BY(mu);   // internal counters
   const int num_workers;
 
-  void apply(LogRecord&& r) {
+  // Not checked: the log's path is fixed at construction, so it needs no lock.
+  const std::string& path() const TDIST_NO_THREAD_SAFETY_ANALYSIS { return log.path(); }
+
+  void apply(LogRecord&& r) TDIST_REQUIRES(mu) {
     switch (r.op) {
       case LogOp::kSet:
         cache[r.key] = std::move(r.value);
@@ -65,32 +68,31 @@ struct FileStore::State {
     }
   }
 
-  // Brings the cache up to date. Needs mu and a file lock held.
-  void replay() {
+  // Brings the cache up to date. Needs a file lock held too.
+  void replay() TDIST_REQUIRES(mu) {
     for (auto& r : log.read_new()) apply(std::move(r));
   }
 
   // Brings the cache up to date for a read: skips the file lock when nothing is new.
-  // Needs mu held.
-  void refresh() {
+  void refresh() TDIST_REQUIRES(mu) {
     if (!log.has_unread()) return;
     FileLog::Lock lock(log, /*exclusive=*/false);
     replay();
   }
 
-  // Appends `records` and applies them to the cache. Needs mu, the exclusive lock, replay().
-  void write(std::vector<LogRecord> records) {
+  // Appends `records` and applies them to the cache. Needs the exclusive lock, replay().
+  void write(std::vector<LogRecord> records) TDIST_REQUIRES(mu) {
     log.append(records);
     for (auto& r : records) apply(std::move(r));
   }
 
-  const Bytes* find(const std::string& key) const {
+  const Bytes* find(const std::string& key) const TDIST_REQUIRES(mu) {
     auto it = cache.find(key);
     return it == cache.end() ? nullptr : &it->second;
   }
 
   // Adds delta to an internal counter and returns the new value. Needs what write() needs.
-  int64_t add_meta(const std::string& key, int64_t delta) {
+  int64_t add_meta(const std::string& key, int64_t delta) TDIST_REQUIRES(mu) {
     auto it = meta.find(key);
     const Bytes* current = it == meta.end() ? nullptr : &it->second;
     const int64_t value = store_internal::add_to_counter("FileStore", key, current, delta);
@@ -98,23 +100,21 @@ struct FileStore::State {
     return value;
   }
 
-  // Polls until all `keys` exist, then returns read() of the cache (with mu held).
+  // Polls until all `keys` exist, releasing mu (held on entry and return) while it sleeps.
   // TimeoutError at the deadline naming the keys still missing.
-  template <typename Read>
-  auto poll(const std::vector<std::string>& keys, Deadline deadline, const char* op, Read read) {
+  void poll(const std::vector<std::string>& keys, Deadline deadline, const char* op)
+      TDIST_REQUIRES(mu) {
     const auto start = Clock::now();
     milliseconds pause = kFirstPoll;
     for (;;) {
-      {
-        std::lock_guard<std::mutex> guard(mu);
-        refresh();
-        std::vector<std::string> missing;
-        for (const auto& key : keys) {
-          if (cache.find(key) == cache.end()) missing.push_back(key);
-        }
-        if (missing.empty()) return read();
-        if (deadline.expired()) store_internal::throw_wait_timeout("FileStore", op, missing, start);
+      refresh();
+      std::vector<std::string> missing;
+      for (const auto& key : keys) {
+        if (cache.find(key) == cache.end()) missing.push_back(key);
       }
+      if (missing.empty()) return;
+      if (deadline.expired()) store_internal::throw_wait_timeout("FileStore", op, missing, start);
+      MutexUnlock unlocked(mu);
       std::this_thread::sleep_for(std::min(pause, deadline.remaining()));
       pause = std::min(pause * 2, kMaxPoll);
     }
@@ -123,7 +123,7 @@ struct FileStore::State {
 
 FileStore::FileStore(std::string path, int num_workers, std::chrono::milliseconds timeout)
     : Store(timeout), state_(std::make_unique<State>(std::move(path), num_workers)) {
-  std::lock_guard<std::mutex> guard(state_->mu);
+  MutexLock guard(state_->mu);
   // The last FileStore of a previous job may remove the file between our open() and our
   // lock; then the path names a new file (or none), so open it again.
   for (int attempt = 0;; ++attempt) {
@@ -135,7 +135,7 @@ FileStore::FileStore(std::string path, int num_workers, std::chrono::millisecond
         return;
       }
     }
-    TDIST_CHECK(attempt < kMaxReopens, Error, "FileStore: '", state_->log.path(),
+    TDIST_CHECK(attempt < kMaxReopens, Error, "FileStore: '", state_->path(),
                 "' keeps being removed while opening it");
     state_->log.reopen();
   }
@@ -143,38 +143,39 @@ FileStore::FileStore(std::string path, int num_workers, std::chrono::millisecond
 
 FileStore::~FileStore() {
   try {
-    std::lock_guard<std::mutex> guard(state_->mu);
+    MutexLock guard(state_->mu);
     if (state_->log.detached()) return;  // already removed by someone else
     FileLog::Lock lock(state_->log, /*exclusive=*/true);
     state_->replay();
     const int64_t finished = state_->add_meta(kFinishedKey, 1);
     const int64_t live = state_->add_meta(kRefCountKey, -1);
     if (state_->num_workers > 0 && live <= 0 && finished >= state_->num_workers) {
-      if (::unlink(state_->log.path().c_str()) != 0) {
-        TDIST_LOG(kWarn) << "FileStore: could not remove '" << state_->log.path() << "'";
+      if (::unlink(state_->path().c_str()) != 0) {
+        TDIST_LOG(kWarn) << "FileStore: could not remove '" << state_->path() << "'";
       }
     }
   } catch (const std::exception& e) {
-    TDIST_LOG(kWarn) << "FileStore: clean-up of '" << state_->log.path()
-                     << "' failed: " << e.what();
+    TDIST_LOG(kWarn) << "FileStore: clean-up of '" << state_->path() << "' failed: " << e.what();
   }
 }
 
-const std::string& FileStore::path() const { return state_->log.path(); }
+const std::string& FileStore::path() const { return state_->path(); }
 
 void FileStore::do_set(const std::string& key, const Bytes& value) {
-  std::lock_guard<std::mutex> guard(state_->mu);
+  MutexLock guard(state_->mu);
   FileLog::Lock lock(state_->log, /*exclusive=*/true);
   state_->replay();
   state_->write({LogRecord{LogOp::kSet, key, value}});
 }
 
 Bytes FileStore::do_get(const std::string& key, Deadline deadline) {
-  return state_->poll({key}, deadline, "get", [&] { return *state_->find(key); });
+  MutexLock guard(state_->mu);
+  state_->poll({key}, deadline, "get");
+  return *state_->find(key);
 }
 
 int64_t FileStore::do_add(const std::string& key, int64_t delta) {
-  std::lock_guard<std::mutex> guard(state_->mu);
+  MutexLock guard(state_->mu);
   FileLog::Lock lock(state_->log, /*exclusive=*/true);
   state_->replay();
   const int64_t value = store_internal::add_to_counter("FileStore", key, state_->find(key), delta);
@@ -184,7 +185,7 @@ int64_t FileStore::do_add(const std::string& key, int64_t delta) {
 
 Bytes FileStore::do_compare_set(const std::string& key, const Bytes& expected,
                                 const Bytes& desired) {
-  std::lock_guard<std::mutex> guard(state_->mu);
+  MutexLock guard(state_->mu);
   FileLog::Lock lock(state_->log, /*exclusive=*/true);
   state_->replay();
   const Bytes* current = state_->find(key);
@@ -195,18 +196,21 @@ Bytes FileStore::do_compare_set(const std::string& key, const Bytes& expected,
 }
 
 bool FileStore::do_check(const std::vector<std::string>& keys) {
-  std::lock_guard<std::mutex> guard(state_->mu);
+  MutexLock guard(state_->mu);
   state_->refresh();
-  return std::all_of(keys.begin(), keys.end(),
-                     [&](const std::string& key) { return state_->find(key) != nullptr; });
+  for (const auto& key : keys) {
+    if (state_->find(key) == nullptr) return false;
+  }
+  return true;
 }
 
 void FileStore::do_wait(const std::vector<std::string>& keys, Deadline deadline) {
-  state_->poll(keys, deadline, "wait", [] { return 0; });
+  MutexLock guard(state_->mu);
+  state_->poll(keys, deadline, "wait");
 }
 
 bool FileStore::do_delete_key(const std::string& key) {
-  std::lock_guard<std::mutex> guard(state_->mu);
+  MutexLock guard(state_->mu);
   FileLog::Lock lock(state_->log, /*exclusive=*/true);
   state_->replay();
   if (state_->find(key) == nullptr) return false;
@@ -215,13 +219,13 @@ bool FileStore::do_delete_key(const std::string& key) {
 }
 
 int64_t FileStore::do_num_keys() {
-  std::lock_guard<std::mutex> guard(state_->mu);
+  MutexLock guard(state_->mu);
   state_->refresh();
   return static_cast<int64_t>(state_->cache.size());
 }
 
 void FileStore::do_append(const std::string& key, const Bytes& value) {
-  std::lock_guard<std::mutex> guard(state_->mu);
+  MutexLock guard(state_->mu);
   FileLog::Lock lock(state_->log, /*exclusive=*/true);
   state_->replay();
   state_->write({LogRecord{LogOp::kAppend, key, value}});
@@ -229,12 +233,12 @@ void FileStore::do_append(const std::string& key, const Bytes& value) {
 
 std::vector<Bytes> FileStore::do_multi_get(const std::vector<std::string>& keys,
                                            Deadline deadline) {
-  return state_->poll(keys, deadline, "multi_get", [&] {
-    std::vector<Bytes> values;
-    values.reserve(keys.size());
-    for (const auto& key : keys) values.push_back(*state_->find(key));
-    return values;
-  });
+  MutexLock guard(state_->mu);
+  state_->poll(keys, deadline, "multi_get");
+  std::vector<Bytes> values;
+  values.reserve(keys.size());
+  for (const auto& key : keys) values.push_back(*state_->find(key));
+  return values;
 }
 
 void FileStore::do_multi_set(const std::vector<std::string>& keys,
@@ -244,7 +248,7 @@ void FileStore::do_multi_set(const std::vector<std::string>& keys,
   std::vector<LogRecord> records;
   records.reserve(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) records.push_back({LogOp::kSet, keys[i], values[i]});
-  std::lock_guard<std::mutex> guard(state_->mu);
+  MutexLock guard(state_->mu);
   FileLog::Lock lock(state_->log, /*exclusive=*/true);
   state_->replay();
   state_->write(std::move(records));

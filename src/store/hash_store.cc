@@ -3,40 +3,41 @@
 // (Deadline::never() waits forever) with a TimeoutError naming the missing keys.
 #include "tdist/hash_store.h"
 
-#include <condition_variable>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 
 #include "store/store_internal.h"
 #include "tdist/error.h"
+#include "tdist/thread_annotations.h"
 
 namespace tdist {
 
 struct HashStore::State {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::unordered_map<std::string, Bytes> map;  // guarded by mu
+  Mutex mu;
+  CondVar cv;
+  std::unordered_map<std::string, Bytes> map TDIST_GUARDED_BY(mu);
 
-  // The first of `keys` not in the map, or nullptr when all are present. Needs mu held.
-  const std::string* first_missing(const std::vector<std::string>& keys) const {
+  // The first of `keys` not in the map, or nullptr when all are present.
+  const std::string* first_missing(const std::vector<std::string>& keys) const TDIST_REQUIRES(mu) {
     for (const auto& key : keys) {
       if (map.find(key) == map.end()) return &key;
     }
     return nullptr;
   }
 
-  // Blocks (with `lock` held on entry and exit) until every key exists; TimeoutError at
-  // the deadline naming the keys still missing.
-  void wait_for(std::unique_lock<std::mutex>& lock, const std::vector<std::string>& keys,
-                Deadline deadline, const char* op) {
+  // Blocks (with mu held on entry and exit) until every key exists; TimeoutError at the
+  // deadline naming the keys still missing.
+  void wait_for(const std::vector<std::string>& keys, Deadline deadline, const char* op)
+      TDIST_REQUIRES(mu) {
     const auto start = Clock::now();
-    auto ready = [&] { return first_missing(keys) == nullptr; };
     if (deadline.is_never()) {
-      cv.wait(lock, ready);
+      while (first_missing(keys) != nullptr) cv.wait(mu);
       return;
     }
-    if (cv.wait_until(lock, deadline.time(), ready)) return;
+    while (first_missing(keys) != nullptr) {
+      if (!cv.wait_until(mu, deadline.time())) break;  // timed out: the check below decides
+    }
+    if (first_missing(keys) == nullptr) return;
     std::vector<std::string> missing;
     for (const auto& key : keys) {
       if (map.find(key) == map.end()) missing.push_back(key);
@@ -52,22 +53,22 @@ HashStore::~HashStore() = default;
 
 void HashStore::do_set(const std::string& key, const Bytes& value) {
   {
-    std::lock_guard<std::mutex> lock(state_->mu);
+    MutexLock lock(state_->mu);
     state_->map[key] = value;
   }
   state_->cv.notify_all();
 }
 
 Bytes HashStore::do_get(const std::string& key, Deadline deadline) {
-  std::unique_lock<std::mutex> lock(state_->mu);
-  state_->wait_for(lock, {key}, deadline, "get");
+  MutexLock lock(state_->mu);
+  state_->wait_for({key}, deadline, "get");
   return state_->map.at(key);
 }
 
 int64_t HashStore::do_add(const std::string& key, int64_t delta) {
   int64_t result = 0;
   {
-    std::lock_guard<std::mutex> lock(state_->mu);
+    MutexLock lock(state_->mu);
     auto it = state_->map.find(key);
     const Bytes* current = it == state_->map.end() ? nullptr : &it->second;
     result = store_internal::add_to_counter("HashStore", key, current, delta);
@@ -79,7 +80,7 @@ int64_t HashStore::do_add(const std::string& key, int64_t delta) {
 
 Bytes HashStore::do_compare_set(const std::string& key, const Bytes& expected,
                                 const Bytes& desired) {
-  std::unique_lock<std::mutex> lock(state_->mu);
+  UniqueLock lock(state_->mu);
   auto it = state_->map.find(key);
   if (it == state_->map.end()) {
     if (!expected.empty()) return expected;
@@ -95,28 +96,28 @@ Bytes HashStore::do_compare_set(const std::string& key, const Bytes& expected,
 }
 
 bool HashStore::do_check(const std::vector<std::string>& keys) {
-  std::lock_guard<std::mutex> lock(state_->mu);
+  MutexLock lock(state_->mu);
   return state_->first_missing(keys) == nullptr;
 }
 
 void HashStore::do_wait(const std::vector<std::string>& keys, Deadline deadline) {
-  std::unique_lock<std::mutex> lock(state_->mu);
-  state_->wait_for(lock, keys, deadline, "wait");
+  MutexLock lock(state_->mu);
+  state_->wait_for(keys, deadline, "wait");
 }
 
 bool HashStore::do_delete_key(const std::string& key) {
-  std::lock_guard<std::mutex> lock(state_->mu);
+  MutexLock lock(state_->mu);
   return state_->map.erase(key) > 0;
 }
 
 int64_t HashStore::do_num_keys() {
-  std::lock_guard<std::mutex> lock(state_->mu);
+  MutexLock lock(state_->mu);
   return static_cast<int64_t>(state_->map.size());
 }
 
 void HashStore::do_append(const std::string& key, const Bytes& value) {
   {
-    std::lock_guard<std::mutex> lock(state_->mu);
+    MutexLock lock(state_->mu);
     Bytes& current = state_->map[key];
     current.insert(current.end(), value.begin(), value.end());
   }
@@ -125,8 +126,8 @@ void HashStore::do_append(const std::string& key, const Bytes& value) {
 
 std::vector<Bytes> HashStore::do_multi_get(const std::vector<std::string>& keys,
                                            Deadline deadline) {
-  std::unique_lock<std::mutex> lock(state_->mu);
-  state_->wait_for(lock, keys, deadline, "multi_get");
+  MutexLock lock(state_->mu);
+  state_->wait_for(keys, deadline, "multi_get");
   std::vector<Bytes> values;
   values.reserve(keys.size());
   for (const auto& key : keys) values.push_back(state_->map.at(key));
@@ -138,7 +139,7 @@ void HashStore::do_multi_set(const std::vector<std::string>& keys,
   TDIST_CHECK(keys.size() == values.size(), InvalidArgument, "HashStore::multi_set: ", keys.size(),
               " keys but ", values.size(), " values");
   {
-    std::lock_guard<std::mutex> lock(state_->mu);
+    MutexLock lock(state_->mu);
     for (size_t i = 0; i < keys.size(); ++i) state_->map[keys[i]] = values[i];
   }
   state_->cv.notify_all();

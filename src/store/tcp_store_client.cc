@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <functional>
-#include <mutex>
 #include <optional>
 
 #include "net/auth.h"
@@ -19,6 +18,7 @@
 #include "tdist/logging.h"
 #include "tdist/settings.h"
 #include "tdist/tcp_store.h"
+#include "tdist/thread_annotations.h"
 
 namespace tdist {
 
@@ -51,18 +51,18 @@ struct TCPStore::Impl {
   store_wire::Limits limits{};  // checked before sending
   store_wire::Limits reply_limits{UINT32_MAX, UINT32_MAX};
 
-  std::mutex mu;
-  net::Fd fd;               // guarded by mu; empty once the connection broke
-  std::string broken;       // guarded by mu; why fd is empty
-  std::vector<uint8_t> in;  // guarded by mu; received bytes not yet consumed
-  uint32_t next_id = 1;     // guarded by mu
+  Mutex mu;
+  net::Fd fd TDIST_GUARDED_BY(mu);               // empty once the connection broke
+  std::string broken TDIST_GUARDED_BY(mu);       // why fd is empty
+  std::vector<uint8_t> in TDIST_GUARDED_BY(mu);  // received bytes not yet consumed
+  uint32_t next_id TDIST_GUARDED_BY(mu) = 1;
 
-  [[noreturn]] void fail(const std::string& why) {
+  [[noreturn]] void fail(const std::string& why) TDIST_REQUIRES(mu) {
     fd.reset();
     broken = why;
     TDIST_THROW(PeerError, "TCPStore: ", why);
   }
-  [[noreturn]] void fail_auth(const std::string& why) {
+  [[noreturn]] void fail_auth(const std::string& why) TDIST_REQUIRES(mu) {
     fd.reset();
     broken = why;
     TDIST_THROW(AuthError, "TCPStore: ", why);
@@ -78,8 +78,8 @@ struct TCPStore::Impl {
                 " bytes exceeds TDIST_STORE_MAX_VALUE_BYTES=", limits.max_value_bytes);
   }
 
-  // Sends one finished frame (caller holds mu).
-  void send(const std::vector<uint8_t>& frame, Deadline deadline) {
+  // Sends one finished frame.
+  void send(const std::vector<uint8_t>& frame, Deadline deadline) TDIST_REQUIRES(mu) {
     if (!fd) TDIST_THROW(PeerError, "TCPStore: ", broken);
     TDIST_CHECK(frame.size() - store_wire::kLengthBytes <= limits.max_frame_bytes(),
                 InvalidArgument, "TCPStore: request of ", frame.size(),
@@ -91,8 +91,8 @@ struct TCPStore::Impl {
     }
   }
 
-  // The next reply frame, or nullopt when the deadline passed first (caller holds mu).
-  std::optional<Reply> read_frame(Deadline deadline) {
+  // The next reply frame, or nullopt when the deadline passed first.
+  std::optional<Reply> read_frame(Deadline deadline) TDIST_REQUIRES(mu) {
     while (true) {
       if (in.size() >= store_wire::kHeaderBytes) {
         store_wire::FrameHeader h = store_wire::decode_header(in.data());
@@ -132,7 +132,7 @@ struct TCPStore::Impl {
   }
 
   // The reply to request `id`, discarding older replies; nullopt at the deadline.
-  std::optional<Reply> await(uint32_t id, Deadline deadline) {
+  std::optional<Reply> await(uint32_t id, Deadline deadline) TDIST_REQUIRES(mu) {
     while (true) {
       std::optional<Reply> r = read_frame(deadline);
       if (r && r->request_id == store_wire::kNoticeRequestId && r->status == Status::kError) {
@@ -144,8 +144,8 @@ struct TCPStore::Impl {
     }
   }
 
-  // The next request id (caller holds mu); never kNoticeRequestId, even after wrapping.
-  uint32_t take_id() {
+  // The next request id; never kNoticeRequestId, even after wrapping.
+  uint32_t take_id() TDIST_REQUIRES(mu) {
     if (next_id == store_wire::kNoticeRequestId) ++next_id;
     return next_id++;
   }
@@ -158,8 +158,8 @@ struct TCPStore::Impl {
 
   // One request/reply round trip for a call that never blocks on the server.
   Reply call(Command command, const std::function<void(FrameWriter&)>& body, const char* op,
-             std::chrono::milliseconds timeout) {
-    std::lock_guard<std::mutex> lock(mu);
+             std::chrono::milliseconds timeout) TDIST_EXCLUDES(mu) {
+    MutexLock lock(mu);
     uint32_t id = take_id();
     std::vector<uint8_t> frame;
     FrameWriter w(frame, static_cast<uint8_t>(command), id);
@@ -178,10 +178,10 @@ struct TCPStore::Impl {
   }
 
   // Proves this client knows the job's token and checks that the server does too.
-  void authenticate(const net::auth::Key& key, Deadline deadline) {
-    std::lock_guard<std::mutex> lock(mu);
+  void authenticate(const net::auth::Key& key, Deadline deadline) TDIST_EXCLUDES(mu) {
+    MutexLock lock(mu);
     net::auth::Initiator initiator(key, "tcp-store");
-    auto exchange = [&](Command command, std::span<const uint8_t> field) {
+    auto exchange = [&](Command command, std::span<const uint8_t> field) TDIST_REQUIRES(mu) {
       uint32_t id = take_id();
       std::vector<uint8_t> frame;
       FrameWriter(frame, static_cast<uint8_t>(command), id).bytes(field).finish();
@@ -215,9 +215,9 @@ struct TCPStore::Impl {
 
   // A GET, WAIT or MULTI_GET: waits for the reply until `deadline`, then cancels it.
   Reply call_blocking(Command command, const std::vector<std::string>& keys, const char* op,
-                      Deadline deadline) {
+                      Deadline deadline) TDIST_EXCLUDES(mu) {
     const auto start = Clock::now();
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     uint32_t id = take_id();
     std::vector<uint8_t> frame;
     FrameWriter w(frame, static_cast<uint8_t>(command), id);
@@ -280,7 +280,11 @@ TCPStore::TCPStore(std::string host, TCPStoreOptions options)
   auto connect_timeout =
       options.connect_timeout.value_or(setting_seconds("TDIST_STORE_CONNECT_TIMEOUT"));
   const Deadline connect_deadline = Deadline::after(connect_timeout);
-  s.fd = net::connect_tcp(connect_host, s.port, connect_deadline);
+  net::Fd fd = net::connect_tcp(connect_host, s.port, connect_deadline);
+  {
+    MutexLock lock(s.mu);  // not shared yet; taken for the analysis
+    s.fd = std::move(fd);
+  }
   if (key.enabled()) s.authenticate(key, connect_deadline);
   if (options.wait_for_workers && options.num_workers.has_value()) {
     int64_t joined = add(kWorkersKey, 1);

@@ -116,7 +116,7 @@ void MpiProcessGroup::execute(uint64_t seq, Work& work, const std::function<void
   const std::string where = describe(rank(), size(), "mpi", work.op(), seq);
   std::exception_ptr earlier;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     earlier = aborted_;
   }
   if (earlier) {
@@ -129,7 +129,7 @@ void MpiProcessGroup::execute(uint64_t seq, Work& work, const std::function<void
   } catch (...) {
     std::exception_ptr error = add_context(std::current_exception(), where + ": ");
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (!aborted_) aborted_ = error;
     }
     work.finish(error);
@@ -284,7 +284,7 @@ WorkPtr MpiProcessGroup::do_barrier(uint64_t seq) {
 }
 
 void MpiProcessGroup::abort() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (aborted_) return;
   aborted_ =
       std::make_exception_ptr(PeerError(describe(rank(), size(), "mpi", "abort", next_seq()) +

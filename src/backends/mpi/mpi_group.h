@@ -41,12 +41,12 @@
 #include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "backends/op_queue.h"
 #include "tdist/process_group.h"
+#include "tdist/thread_annotations.h"
 
 namespace tdist::backends::mpi {
 
@@ -98,9 +98,9 @@ class MpiProcessGroup : public ProcessGroup {
   MPI_Comm comm_ = MPI_COMM_NULL;  // collectives and user point-to-point
   MPI_Comm ctl_ = MPI_COMM_NULL;   // sub-group creation only
 
-  std::mutex mu_;
-  std::exception_ptr aborted_;  // the error that aborted the group; guarded by mu_
-  OpQueue ops_;                 // stopped (drained) in the destructor, before comm_ is freed
+  Mutex mu_;
+  std::exception_ptr aborted_ TDIST_GUARDED_BY(mu_);  // the error that aborted the group
+  OpQueue ops_;  // stopped (drained) in the destructor, before comm_ is freed
 };
 
 }  // namespace tdist::backends::mpi

@@ -14,6 +14,7 @@
 #include "backends/mpi/mpi_group.h"
 #include "backends/mpi/mpi_runtime.h"
 #include "tdist/error.h"
+#include "tdist/thread_annotations.h"
 
 namespace tdist::backends::mpi {
 namespace {
@@ -27,7 +28,7 @@ class RequestWork : public Work {
     // A Work dropped unfinished leaves its requests to MPI, which completes them when the
     // peers' operations match; never blocking here (the buffers must still outlive them,
     // as for any operation).
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (settled_ || finalized != 0) return;
@@ -38,12 +39,12 @@ class RequestWork : public Work {
 
  protected:
   void poll(Deadline deadline) override {
-    std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
     if (deadline.is_never()) {
-      lock.lock();
-    } else if (!lock.try_lock()) {
+      mu_.lock();
+    } else if (!mu_.try_lock()) {
       return;  // another thread is completing it; Work::wait waits for its finish()
     }
+    MutexLock lock(mu_, std::adopt_lock);
     if (settled_) return;
     const int n = static_cast<int>(requests_.size());
     std::vector<MPI_Status> statuses(requests_.size());
@@ -77,9 +78,9 @@ class RequestWork : public Work {
 
  private:
   const std::string where_;
-  std::mutex mu_;
-  std::vector<MPI_Request> requests_;  // guarded by mu_
-  bool settled_ = false;               // guarded by mu_: requests completed or failed
+  Mutex mu_;
+  std::vector<MPI_Request> requests_ TDIST_GUARDED_BY(mu_);
+  bool settled_ TDIST_GUARDED_BY(mu_) = false;  // requests completed or failed
 };
 
 }  // namespace
@@ -97,7 +98,7 @@ WorkPtr MpiProcessGroup::do_batch_isend_irecv(std::span<const P2POp> ops) {
                 " exceeds this MPI's tag bound MPI_TAG_UB=", max_tag);
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (aborted_) return completed_work(name, aborted_);
   }
   std::vector<MPI_Request> requests;

@@ -56,7 +56,7 @@ class Engine::DriverLease {
     if (!held_) return;
     engine_.driving_.store(false, std::memory_order_seq_cst);
     if (engine_.sleepers_.load(std::memory_order_seq_cst) > 0) {
-      std::lock_guard<std::mutex> lock(engine_.wait_mu_);
+      MutexLock lock(engine_.wait_mu_);
       engine_.wait_cv_.notify_all();
     }
   }
@@ -152,7 +152,7 @@ void Engine::abort(std::exception_ptr reason) {
 
 std::exception_ptr Engine::error() const {
   if (!has_error_.load(std::memory_order_acquire)) return nullptr;  // the common case: no lock
-  std::lock_guard<std::mutex> lock(error_mu_);
+  MutexLock lock(error_mu_);
   return error_;
 }
 
@@ -165,15 +165,15 @@ bool Engine::wait_for(const Op& op, Deadline deadline) {
       if (lease.held()) return drive([&] { return op.done(); }, deadline);
     }
     if (deadline.expired()) return false;
-    std::unique_lock<std::mutex> lock(wait_mu_);
+    MutexLock lock(wait_mu_);
     // Counted before the re-check, so that a completer or a leaving driver either sees a
     // sleeper (and notifies under the lock) or this thread sees what it did.
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
     if (!op.done() && driving_.load(std::memory_order_seq_cst)) {
       if (deadline.is_never()) {
-        wait_cv_.wait(lock);
+        wait_cv_.wait(wait_mu_);
       } else {
-        wait_cv_.wait_until(lock, deadline.time());
+        wait_cv_.wait_until(wait_mu_, deadline.time());
       }
     }
     sleepers_.fetch_sub(1);
@@ -326,7 +326,7 @@ bool Engine::sleep(Deadline deadline) {
 
 void Engine::notify_waiters() {
   if (sleepers_.load() == 0) return;
-  std::lock_guard<std::mutex> lock(wait_mu_);
+  MutexLock lock(wait_mu_);
   wait_cv_.notify_all();
 }
 
@@ -343,7 +343,7 @@ void Engine::report(const std::string& lost) {
 
 void Engine::abort_with(const std::exception_ptr& reason, bool log) {
   {
-    std::lock_guard<std::mutex> lock(error_mu_);
+    MutexLock lock(error_mu_);
     if (error_) return;
     error_ = reason;
     has_error_.store(true, std::memory_order_release);
@@ -357,7 +357,7 @@ void Engine::abort_with(const std::exception_ptr& reason, bool log) {
   aborted_ = true;
   uint64_t one = 1;
   (void)!::write(wake_.get(), &one, sizeof(one));
-  std::lock_guard<std::mutex> lock(wait_mu_);
+  MutexLock lock(wait_mu_);
   wait_cv_.notify_all();
 }
 

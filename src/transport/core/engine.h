@@ -28,15 +28,14 @@
 #include <poll.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <exception>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "net/fd.h"
+#include "tdist/thread_annotations.h"
 #include "transport/comm.h"
 #include "transport/core/channel.h"
 #include "transport/core/op.h"
@@ -100,13 +99,13 @@ class Engine final : public Comm {
   std::atomic<bool> aborted_{false};
   std::atomic<bool> destroying_{false};
 
-  std::mutex wait_mu_;
-  std::condition_variable wait_cv_;
+  Mutex wait_mu_;
+  CondVar wait_cv_;
   std::atomic<bool> driving_{false};  // a thread holds the driver role (DriverLease)
   std::atomic<int> sleepers_{0};      // changed under wait_mu_; read without it
 
-  mutable std::mutex error_mu_;
-  std::exception_ptr error_;            // guarded by error_mu_
+  mutable Mutex error_mu_;
+  std::exception_ptr error_ TDIST_GUARDED_BY(error_mu_);
   std::atomic<bool> has_error_{false};  // error_ is set (read without the lock)
 };
 

@@ -45,12 +45,12 @@
 #include <exception>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "tdist/deadline.h"
+#include "tdist/thread_annotations.h"
 #include "transport/core/channel.h"
 #include "transport/core/op.h"
 #include "transport/core/wire.h"
@@ -157,6 +157,8 @@ class Peer {
     uint64_t words[5] = {};    // see above
     size_t message_bytes = 0;  // a rendezvous's payload bytes
   };
+  // Its fields are not TDIST_GUARDED_BY: a Lane cannot name its Peer's mutexes. The
+  // functions that touch them require the lock of their side.
   struct Lane {
     std::unique_ptr<Channel> channel;
     // send side, guarded by send_mu_
@@ -173,40 +175,46 @@ class Peer {
   };
 
   // --- receive side (peer_recv.cc); all need recv_mu_ held. Return "" or the lost message.
-  void match_posted_locked(const std::shared_ptr<Op>& op, std::string* lost);
-  std::string read_lane_locked(size_t lane, Progress* progress);
+  void match_posted_locked(const std::shared_ptr<Op>& op, std::string* lost)
+      TDIST_REQUIRES(recv_mu_);
+  std::string read_lane_locked(size_t lane, Progress* progress) TDIST_REQUIRES(recv_mu_);
   // One message from the channel's own memory (Channel::peek) into its posted receive, when
   // it is a short data message next in send order, whole in view; false otherwise.
-  bool read_direct_locked(Lane& lane, Progress* progress);
-  std::string unblock_locked(Progress* progress);  // the staged header whose turn came
-  std::string consume_staged_locked(size_t lane, Progress* progress);
-  std::string start_message_locked(size_t lane, uint64_t tag, uint64_t bytes, Progress* progress);
-  std::string finish_message_locked(size_t lane, Progress* progress);
-  std::string end_of_stream_locked(size_t lane, const std::string& why);
-  std::string finish_rendezvous_locked(size_t lane, Incoming& done, Progress* progress);
+  bool read_direct_locked(Lane& lane, Progress* progress) TDIST_REQUIRES(recv_mu_);
+  // The staged header whose turn came.
+  std::string unblock_locked(Progress* progress) TDIST_REQUIRES(recv_mu_);
+  std::string consume_staged_locked(size_t lane, Progress* progress) TDIST_REQUIRES(recv_mu_);
+  std::string start_message_locked(size_t lane, uint64_t tag, uint64_t bytes, Progress* progress)
+      TDIST_REQUIRES(recv_mu_);
+  std::string finish_message_locked(size_t lane, Progress* progress) TDIST_REQUIRES(recv_mu_);
+  std::string end_of_stream_locked(size_t lane, const std::string& why) TDIST_REQUIRES(recv_mu_);
+  std::string finish_rendezvous_locked(size_t lane, Incoming& done, Progress* progress)
+      TDIST_REQUIRES(recv_mu_);
   // Copies a rendezvous's payload out of the peer's memory to `dest` and queues the
   // answer: kRvDoneTag when that worked, else kRvReadyTag (the payload is then streamed).
-  bool copy_out_locked(size_t lane, void* dest, size_t bytes, const RvDescriptor& rv);
+  bool copy_out_locked(size_t lane, void* dest, size_t bytes, const RvDescriptor& rv)
+      TDIST_REQUIRES(recv_mu_);
   // A matched rendezvous: copies it out of the peer's memory, or asks for the payload.
   void fetch_locked(size_t lane, const std::shared_ptr<Op>& op, const RvDescriptor& rv,
-                    Progress* progress);
+                    Progress* progress) TDIST_REQUIRES(recv_mu_);
   // A single-copy message with no receive yet: copies it into a buffer of its own (then
   // it is an ordinary unexpected message), or asks for the payload.
-  std::string pull_unexpected_locked(size_t lane, Unexpected& u);
+  std::string pull_unexpected_locked(size_t lane, Unexpected& u) TDIST_REQUIRES(recv_mu_);
   // Moves replies_ and rv_events_ to the send side (takes recv_mu_, then send_mu_).
-  Progress exchange_rendezvous(std::string* lost);
+  Progress exchange_rendezvous(std::string* lost) TDIST_EXCLUDES(send_mu_, recv_mu_);
   std::exception_ptr desync(uint64_t tag, size_t expected, size_t actual) const;
   std::string out_of_memory(size_t bytes) const;  // the lost message for a failed buffer
 
   // The streams' part of progress(): queued sends out, lanes read.
-  Progress progress_streams(std::string* lost);
+  Progress progress_streams(std::string* lost) TDIST_EXCLUDES(send_mu_, recv_mu_);
 
   // --- send side (peer_send.cc); need send_mu_ held.
-  void make_rendezvous_locked(Op& op, uint64_t flags);
-  Progress flush_locked(std::string* lost);
-  Progress flush_lane_locked(size_t lane, std::string* lost);
+  void make_rendezvous_locked(Op& op, uint64_t flags) TDIST_REQUIRES(send_mu_);
+  Progress flush_locked(std::string* lost) TDIST_REQUIRES(send_mu_);
+  Progress flush_lane_locked(size_t lane, std::string* lost) TDIST_REQUIRES(send_mu_);
   // Writes a control frame whole (abort: best effort, goodbye: waits up to `deadline`).
-  bool write_frame_locked(size_t lane, uint64_t tag, const std::string& payload, Deadline deadline);
+  bool write_frame_locked(size_t lane, uint64_t tag, const std::string& payload, Deadline deadline)
+      TDIST_REQUIRES(send_mu_);
 
   // "rank R: connection to rank P (<channel>) lost: <reason>".
   std::string lost(const std::string& reason) const;
@@ -219,23 +227,23 @@ class Peer {
   std::atomic<int> queued_{0};          // sends in the lanes' queues
   std::atomic<int> rv_pending_{0};      // rendezvous sends waiting for the peer
 
-  std::mutex send_mu_;
-  uint64_t send_seq_ = 0;          // guarded by send_mu_: messages sent so far
-  std::exception_ptr send_error_;  // guarded by send_mu_
-  uint64_t next_rv_id_ = 0;        // guarded by send_mu_
-  const uint64_t token_salt_;      // mixed into rendezvous tokens
-  std::unordered_map<uint64_t, std::shared_ptr<Op>> rv_sends_;  // guarded by send_mu_
+  Mutex send_mu_;
+  uint64_t send_seq_ TDIST_GUARDED_BY(send_mu_) = 0;  // messages sent so far
+  std::exception_ptr send_error_ TDIST_GUARDED_BY(send_mu_);
+  uint64_t next_rv_id_ TDIST_GUARDED_BY(send_mu_) = 0;
+  const uint64_t token_salt_;  // mixed into rendezvous tokens
+  std::unordered_map<uint64_t, std::shared_ptr<Op>> rv_sends_ TDIST_GUARDED_BY(send_mu_);
 
-  std::mutex recv_mu_;
-  std::deque<std::shared_ptr<Op>> posted_;  // guarded by recv_mu_
-  std::list<Unexpected> unexpected_;        // guarded by recv_mu_
-  uint64_t recv_seq_ = 0;                   // guarded by recv_mu_: data headers matched
-  size_t goodbyes_ = 0;                     // guarded by recv_mu_: lanes that said goodbye
-  std::exception_ptr recv_error_;           // guarded by recv_mu_
-  // Receives whose payload was asked for (kRvReadyTag), by the sender's id; recv_mu_.
-  std::unordered_map<uint64_t, std::shared_ptr<Op>> rv_recvs_;
-  std::vector<RvFrame> replies_;          // guarded by recv_mu_
-  std::vector<RvFrame> rv_events_;        // guarded by recv_mu_
+  Mutex recv_mu_;
+  std::deque<std::shared_ptr<Op>> posted_ TDIST_GUARDED_BY(recv_mu_);
+  std::list<Unexpected> unexpected_ TDIST_GUARDED_BY(recv_mu_);
+  uint64_t recv_seq_ TDIST_GUARDED_BY(recv_mu_) = 0;  // data headers matched
+  size_t goodbyes_ TDIST_GUARDED_BY(recv_mu_) = 0;    // lanes that said goodbye
+  std::exception_ptr recv_error_ TDIST_GUARDED_BY(recv_mu_);
+  // Receives whose payload was asked for (kRvReadyTag), by the sender's id.
+  std::unordered_map<uint64_t, std::shared_ptr<Op>> rv_recvs_ TDIST_GUARDED_BY(recv_mu_);
+  std::vector<RvFrame> replies_ TDIST_GUARDED_BY(recv_mu_);
+  std::vector<RvFrame> rv_events_ TDIST_GUARDED_BY(recv_mu_);
   std::atomic<bool> rv_exchange_{false};  // replies_ or rv_events_ may hold something
 };
 

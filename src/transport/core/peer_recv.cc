@@ -26,7 +26,7 @@ std::shared_ptr<Op> Peer::post_recv(uint64_t tag, void* data, size_t bytes,
                                     std::string* lost_message) {
   auto op = make_op(rank_, false, tag, data, bytes);
   {
-    std::lock_guard<std::mutex> lock(recv_mu_);
+    MutexLock lock(recv_mu_);
     if (recv_error_) {
       op->complete(recv_error_);
       return op;

@@ -46,7 +46,7 @@ std::shared_ptr<Op> Peer::post_send(uint64_t tag, const void* data, size_t bytes
   if (peer_gone_.load(std::memory_order_acquire)) {
     *lost_message = lost("it already destroyed its Comm, so this send can never be received");
   }
-  std::unique_lock<std::mutex> lock(send_mu_);
+  MutexLock lock(send_mu_);
   const size_t lane = static_cast<size_t>(send_seq_ % nlanes_);
   Channel& channel = *lanes_[lane].channel;
   const size_t single_copy = channel.single_copy_bytes();
@@ -115,13 +115,13 @@ Progress Peer::exchange_rendezvous(std::string* lost_message) {
   std::vector<RvFrame> replies;
   std::vector<RvFrame> events;
   {
-    std::lock_guard<std::mutex> lock(recv_mu_);
+    MutexLock lock(recv_mu_);
     rv_exchange_.store(false, std::memory_order_release);
     replies.swap(replies_);
     events.swap(rv_events_);
   }
   if (replies.empty() && events.empty()) return progress;
-  std::lock_guard<std::mutex> lock(send_mu_);
+  MutexLock lock(send_mu_);
   if (send_error_) return progress;
   for (const RvFrame& e : events) {
     auto it = rv_sends_.find(e.id);
@@ -269,11 +269,11 @@ bool Peer::write_frame_locked(size_t lane_index, uint64_t tag, const std::string
 Progress Peer::progress_streams(std::string* lost_message) {
   Progress progress;
   if (sends_queued() || rendezvous_pending()) {
-    std::lock_guard<std::mutex> lock(send_mu_);
+    MutexLock lock(send_mu_);
     progress += flush_locked(lost_message);
   }
   if (!lost_message->empty()) return progress;
-  std::lock_guard<std::mutex> lock(recv_mu_);
+  MutexLock lock(recv_mu_);
   if (recv_error_) return progress;
   for (size_t i = 0; i < nlanes_ && lost_message->empty(); ++i) {
     Lane& lane = lanes_[i];
@@ -295,7 +295,7 @@ Progress Peer::progress(std::string* lost_message) {
 
 void Peer::cancel(Op& op) {
   if (op.is_send) {
-    std::lock_guard<std::mutex> lock(send_mu_);
+    MutexLock lock(send_mu_);
     if (op.done()) return;
     // A rendezvous's payload may be copied out of the caller's buffer until the answer:
     // void the token first (wire.h), so a copy that overlaps the buffer's end is refused.
@@ -315,7 +315,7 @@ void Peer::cancel(Op& op) {
     }
     return;
   }
-  std::lock_guard<std::mutex> lock(recv_mu_);
+  MutexLock lock(recv_mu_);
   if (op.done()) return;
   auto it = std::find_if(posted_.begin(), posted_.end(),
                          [&](const std::shared_ptr<Op>& p) { return p.get() == &op; });
@@ -334,12 +334,12 @@ void Peer::cancel(Op& op) {
 void Peer::prepare_sleep(std::vector<pollfd>* fds) {
   bool want_write[kMaxLanes] = {};
   {
-    std::lock_guard<std::mutex> lock(send_mu_);
+    MutexLock lock(send_mu_);
     for (size_t i = 0; i < nlanes_; ++i) {
       want_write[i] = !send_error_ && !lanes_[i].send_queue.empty();
     }
   }
-  std::lock_guard<std::mutex> lock(recv_mu_);
+  MutexLock lock(recv_mu_);
   for (size_t i = 0; i < nlanes_; ++i) {
     Lane& lane = lanes_[i];
     const bool want_read = !lane.eof && !lane.blocked && !recv_error_;
@@ -354,12 +354,12 @@ void Peer::prepare_sleep(std::vector<pollfd>* fds) {
 
 bool Peer::ready() {
   {
-    std::lock_guard<std::mutex> lock(send_mu_);
+    MutexLock lock(send_mu_);
     for (Lane& lane : lanes_) {
       if (!send_error_ && !lane.send_queue.empty() && lane.channel->writable()) return true;
     }
   }
-  std::lock_guard<std::mutex> lock(recv_mu_);
+  MutexLock lock(recv_mu_);
   if (recv_error_) return false;
   for (Lane& lane : lanes_) {
     if (!lane.eof && !lane.blocked && lane.channel->readable()) return true;
@@ -377,7 +377,7 @@ void Peer::wake_up(const pollfd* fds) {
 
 void Peer::fail_all(const std::exception_ptr& error, bool tell_peer, const std::string& reason) {
   {
-    std::lock_guard<std::mutex> lock(send_mu_);
+    MutexLock lock(send_mu_);
     if (!send_error_) send_error_ = error;
     for (size_t i = 0; i < nlanes_; ++i) {
       Lane& lane = lanes_[i];
@@ -398,7 +398,7 @@ void Peer::fail_all(const std::exception_ptr& error, bool tell_peer, const std::
     rv_sends_.clear();
     rv_pending_.store(0, std::memory_order_release);
   }
-  std::lock_guard<std::mutex> lock(recv_mu_);
+  MutexLock lock(recv_mu_);
   if (!recv_error_) recv_error_ = error;
   for (const std::shared_ptr<Op>& op : posted_) op->complete(error);
   posted_.clear();
@@ -415,13 +415,13 @@ void Peer::fail_all(const std::exception_ptr& error, bool tell_peer, const std::
 
 void Peer::say_goodbye(Deadline deadline) {
   {
-    std::lock_guard<std::mutex> lock(send_mu_);
+    MutexLock lock(send_mu_);
     if (send_error_ || sends_queued()) return;
     for (size_t i = 0; i < nlanes_; ++i) {
       if (!write_frame_locked(i, kGoodbyeTag, {}, deadline)) return;
     }
   }
-  std::lock_guard<std::mutex> lock(recv_mu_);
+  MutexLock lock(recv_mu_);
   for (Lane& lane : lanes_) lane.channel->close(deadline);
 }
 

@@ -187,7 +187,7 @@ void ShmChannel::on_poll(short revents) {
 }
 
 void ShmChannel::wake_peer() {
-  std::lock_guard<std::mutex> lock(sock_mu_);
+  MutexLock lock(sock_mu_);
   if (shut_) return;
   const char byte = 'w';
   // EAGAIN: unread bytes are there, which wake the peer just as well. Other errors: the
@@ -196,7 +196,7 @@ void ShmChannel::wake_peer() {
 }
 
 void ShmChannel::close(Deadline) {
-  std::lock_guard<std::mutex> lock(sock_mu_);
+  MutexLock lock(sock_mu_);
   if (shut_) return;
   ::shutdown(link_.socket.get(), SHUT_WR);
   // Read what the peer sent (wake bytes), so that closing does not make its reads fail.
@@ -207,7 +207,7 @@ void ShmChannel::close(Deadline) {
 }
 
 void ShmChannel::shut_down() {
-  std::lock_guard<std::mutex> lock(sock_mu_);
+  MutexLock lock(sock_mu_);
   if (shut_) return;
   ::shutdown(link_.socket.get(), SHUT_RDWR);
   shut_ = true;

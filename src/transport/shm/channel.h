@@ -14,9 +14,9 @@
 #pragma once
 
 #include <atomic>
-#include <mutex>
 #include <string>
 
+#include "tdist/thread_annotations.h"
 #include "transport/core/channel.h"
 #include "transport/shm/setup.h"
 
@@ -63,8 +63,8 @@ class ShmChannel final : public core::Channel {
   uint64_t tail_ = 0;                // receive direction: bytes consumed
   std::atomic<bool> closed_{false};  // the socket reached its end (or was shut down)
 
-  std::mutex sock_mu_;  // leaf: serialises writes to the socket
-  bool shut_ = false;   // guarded by sock_mu_
+  Mutex sock_mu_;  // leaf: serialises writes to the socket
+  bool shut_ TDIST_GUARDED_BY(sock_mu_) = false;
 };
 
 }  // namespace tdist::transport::shm
