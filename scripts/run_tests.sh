@@ -1,35 +1,68 @@
 #!/usr/bin/env bash
 # Sets everything up and runs every test: installs missing Debian packages (and PyPI's
-# torch), checks that clang builds tdist warning-free too, builds with g++ and runs the
-# suite under CTest; then builds the LibTorch part again against PyPI's LibTorch 2.x
-# (build-torch2/, only what those checks need) and runs the LibTorch tests there
-# (ctest label `torch`: tests/torch, the main job on a subset, the install test); last,
-# the Python package (tdist as a torch.distributed backend) is installed and its pytest
-# suite runs on both PyTorches (scripts/test_python.sh).
-# Usage: bash scripts/run_tests.sh   (TDIST_SKIP_CLANG=1, TDIST_SKIP_TORCH2=1 leave those out)
+# torch); builds everything with clang under ASan+UBSan (build-clang/, warnings are errors,
+# with the libFuzzer targets) and runs the core, store, collectives and pg suites and the
+# fuzz targets there (ctest labels); builds with g++ and runs the whole suite under CTest;
+# then builds the LibTorch part again against PyPI's LibTorch 2.x (build-torch2/, only what
+# those checks need) and runs the LibTorch tests there (ctest label `torch`: tests/torch,
+# the main job on a subset, the install test); the Python package (tdist as a
+# torch.distributed backend) is installed and its pytest suite runs on both PyTorches
+# (scripts/test_python.sh); last, a TSan build (build-tsan/, only those suites) runs the
+# store, transport and pg suites. Each stage prints how long the run has taken so far.
+# Usage: bash scripts/run_tests.sh   (TDIST_SKIP_CLANG=1, TDIST_SKIP_TORCH2=1,
+#        TDIST_SKIP_TSAN=1 leave those out)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+stage() { echo "== $* [$((SECONDS / 60))m$((SECONDS % 60))s]"; }
 bash scripts/setup.sh
-
-if [ "${TDIST_SKIP_CLANG:-0}" != 1 ]; then
-  echo "== clang build (warnings are errors)"
-  CXX=clang++ CC=clang cmake -S . -B build-clang -DTDIST_WERROR=ON >/dev/null
-  cmake --build build-clang -j"$(nproc)" >/dev/null
-fi
-
-echo "== g++ build (warnings are errors)"
-bash scripts/build.sh
-echo "== tests"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 status=0
+
+# The sanitizers' runtime options, inherited by every process a test starts: the first
+# finding ends the process with an error (a worker's fails the test that started it).
+# Suppressions: only the sanitizers' own false positives, each explained in its file.
+supp="$PWD/tests/sanitizers"
+asan_env=(ASAN_OPTIONS=detect_leaks=1:halt_on_error=1
+          UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp)
+tsan_env=(TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp)
+# Sanitized trees leave LibTorch out (its tests run in the g++ trees).
+san_cmake=(-DTDIST_WERROR=ON -DCMAKE_DISABLE_FIND_PACKAGE_Torch=ON)
+
+if [ "${TDIST_SKIP_CLANG:-0}" != 1 ]; then
+  stage "clang ASan+UBSan build (warnings are errors)"
+  CXX=clang++ CC=clang cmake -S . -B build-clang "${san_cmake[@]}" \
+    -DTDIST_SANITIZE=address,undefined -DTDIST_FUZZ=ON >/dev/null
+  cmake --build build-clang -j"$(nproc)" >/dev/null
+  stage "ASan+UBSan tests: core, store, collectives, pg; fuzz targets"
+  env "${asan_env[@]}" ctest --test-dir build-clang -L '^(core|store|collectives|pg|fuzz)$' \
+    --output-on-failure -j"$(nproc)" || status=$?
+fi
+
+stage "g++ build (warnings are errors)"
+bash scripts/build.sh
+stage "tests"
 ctest --test-dir build --output-on-failure -j"$(nproc)" || status=$?
 
 if [ "${TDIST_SKIP_TORCH2:-0}" != 1 ]; then
-  echo "== LibTorch 2.x (PyPI's torch): g++ build of the LibTorch part (warnings are errors)"
+  stage "LibTorch 2.x (PyPI's torch): g++ build of the LibTorch part (warnings are errors)"
   bash scripts/build.sh --torch2 >/dev/null
-  echo "== LibTorch 2.x tests"
+  stage "LibTorch 2.x tests"
   ctest --test-dir build-torch2 -L '^torch$' --output-on-failure -j"$(nproc)" || status=$?
+  stage "Python package on torch 2.x"
   bash scripts/test_python.sh torch2 || status=$?
 fi
+stage "Python package on torch 1.13"
 bash scripts/test_python.sh torch1 || status=$?
+
+if [ "${TDIST_SKIP_TSAN:-0}" != 1 ]; then
+  stage "clang TSan build of the store, transport and pg suites"
+  CXX=clang++ CC=clang cmake -S . -B build-tsan "${san_cmake[@]}" -DTDIST_SANITIZE=thread \
+    -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON -DTDIST_BUILD_BENCHMARKS=OFF \
+    -DTDIST_BUILD_EXAMPLES=OFF >/dev/null
+  cmake --build build-tsan -j"$(nproc)" --target tests_store tests_transport tests_pg >/dev/null
+  stage "TSan tests: store, transport, pg"
+  env "${tsan_env[@]}" ctest --test-dir build-tsan -L '^(store|transport|pg)$' \
+    --output-on-failure -j"$(nproc)" || status=$?
+fi
+stage "done (status $status)"
 exit "$status"

@@ -3,7 +3,9 @@
 // before their receive was posted and of receives waiting for their message, matched by
 // tag in posting order as comm.h specifies. Sends copy eagerly and complete at once. A
 // receive whose message has another length fails with DesyncError (and aborts the
-// world). abort() on any rank fails every pending and later request on every rank.
+// world). Destroying a pending receive withdraws it (comm.h), so no later message is
+// copied into its buffer. abort() on any rank fails every pending and later request on
+// every rank.
 // Thread-safe: one mutex guards the world. Test-only.
 #pragma once
 
@@ -44,8 +46,17 @@ class MemWorld {
 
   class MemRequest : public transport::Request {
    public:
-    MemRequest(MemWorld& world, std::shared_ptr<State> state)
-        : world_(world), state_(std::move(state)) {}
+    // box: the mailbox of a posted receive, withdrawn on destruction; -1 for the others.
+    MemRequest(MemWorld& world, std::shared_ptr<State> state, int box = -1)
+        : world_(world), state_(std::move(state)), box_(box) {}
+    MemRequest(const MemRequest&) = delete;
+    MemRequest& operator=(const MemRequest&) = delete;
+    ~MemRequest() override {
+      if (box_ < 0) return;
+      std::lock_guard<std::mutex> lock(world_.mu_);
+      std::erase_if(world_.boxes_[static_cast<size_t>(box_)].posted,
+                    [&](const Posted& p) { return p.state == state_; });
+    }
     void wait(Deadline deadline) override {
       std::unique_lock<std::mutex> lock(world_.mu_);
       auto ready = [&] { return state_->done || world_.error_ != nullptr; };
@@ -70,6 +81,7 @@ class MemWorld {
     }
     MemWorld& world_;
     std::shared_ptr<State> state_;
+    int box_;
   };
 
   transport::RequestPtr send(int src, int dst, uint64_t tag, const void* data, size_t bytes) {
@@ -104,7 +116,7 @@ class MemWorld {
       return std::make_unique<MemRequest>(*this, state);
     }
     box.posted.push_back(std::move(posted));
-    return std::make_unique<MemRequest>(*this, state);
+    return std::make_unique<MemRequest>(*this, state, src * size_ + dst);
   }
 
   void abort(std::exception_ptr reason) {
