@@ -11,7 +11,8 @@ if(TDIST_WERROR)
 endif()
 # TDIST_SANITIZE (address,undefined or thread) instruments every target of the tree: the
 # library, tests, the programs they start and the tools. A UBSan finding aborts, so it
-# fails its test; tests/CMakeLists.txt gives the tests the runtimes' options.
+# fails its test. The runtimes' options and suppressions for the tests: scripts/run_tests.sh
+# and tests/sanitizers/.
 set_property(CACHE TDIST_SANITIZE PROPERTY STRINGS "" "address,undefined" "thread")
 if(TDIST_SANITIZE)
   add_compile_options(-fsanitize=${TDIST_SANITIZE} -fno-omit-frame-pointer)
