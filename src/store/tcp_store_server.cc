@@ -254,7 +254,10 @@ bool StoreServer::read_input(Connection& c) {
       c.in.insert(c.in.end(), chunk, chunk + n);
       account(c);
       if (!parse_frames(c)) return false;
-      if (output_paused(c)) break;  // the client is not reading its replies
+      if (output_paused(c)) {  // the client is not reading its replies: stop reading it
+        update_interest(c);    // (its flush reads it again once they drain)
+        break;
+      }
       continue;
     }
     if (n == 0) {

@@ -712,6 +712,51 @@ TEST(TCPStore, ParkedWaitsCountAgainstTheBufferBudget) {
   EXPECT_EQ(read_reply(waiter.get(), &payload).request_id, 5u);  // the third WAIT parked: PING
 }
 
+// Over the budget, a connection with unsent replies is not read (small replies always fit,
+// so without this many such connections would exceed it together); once the budget has
+// room, its pipelined requests are served.
+TEST(TCPStore, ConnectionsPausedForTheBudgetResumeWhenItHasRoom) {
+  ::setenv("TDIST_STORE_MAX_BUFFER_BYTES", "33554432", 1);  // 32 MiB
+  auto server = TCPStoreServer::start("127.0.0.1", 0);
+  ::unsetenv("TDIST_STORE_MAX_BUFFER_BYTES");
+  auto good = connect(server->port());
+  good->set("v60", std::string(60 << 10, 'v'));  // replies under 64 KiB always fit
+  good->set("s", std::string_view("1"));
+  auto raw = [&] { return net::connect_tcp("127.0.0.1", server->port(), Deadline::after(kShort)); };
+  auto gets = [](uint32_t n) {
+    std::vector<uint8_t> frames;
+    for (uint32_t id = 1; id <= n; ++id) {
+      FrameWriter(frames, static_cast<uint8_t>(store_wire::Command::kGet), id)
+          .bytes(std::string_view("v60"))
+          .finish();
+    }
+    return frames;
+  };
+  // A fills the budget: 1000 pipelined GETs of 60 KiB (60 MB of replies, far more than the
+  // sockets hold), never read.
+  net::Fd hog = raw();
+  std::vector<uint8_t> frames = gets(1000);
+  net::write_full(hog.get(), frames.data(), frames.size(), Deadline::after(kShort), "s");
+  EXPECT_EQ(get_text(*good, "s"), "1");  // others are served meanwhile
+  // C pipelines 300 such GETs (18 MB) and then a SET, reading nothing: over the budget, it
+  // is not read once more than 64 KiB of its replies wait, so its SET waits too.
+  net::Fd paused = raw();
+  frames = gets(300);
+  FrameWriter(frames, static_cast<uint8_t>(store_wire::Command::kSet), 301)
+      .bytes(std::string_view("c_done"))
+      .bytes(std::string_view("1"))
+      .finish();
+  net::write_full(paused.get(), frames.data(), frames.size(), Deadline::after(kShort), "s");
+  std::this_thread::sleep_for(300ms);
+  EXPECT_FALSE(good->check({"c_done"}));
+  hog.reset();  // the budget has room again
+  EXPECT_NO_THROW(good->wait({"c_done"}, Deadline::after(kShort)));
+  std::vector<uint8_t> payload;
+  for (uint32_t id = 1; id <= 301; ++id) {
+    ASSERT_EQ(read_reply(paused.get(), &payload).request_id, id);
+  }
+}
+
 TEST(TCPStore, MaxConnectionsIsRespected) {
   ::setenv("TDIST_STORE_MAX_CONNECTIONS", "2", 1);
   auto server = TCPStoreServer::start("127.0.0.1", 0);
