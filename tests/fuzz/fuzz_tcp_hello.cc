@@ -8,21 +8,13 @@
 #include <cstring>
 #include <string>
 
+#include "fuzz_input.h"
 #include "transport/tcp/hello_codec.h"
 
 namespace {
 
 using namespace tdist::transport::tcp;
-
-template <typename T>
-T take(const uint8_t*& data, size_t& size, T fallback) {
-  if (size < sizeof(T)) return fallback;
-  T value;
-  std::memcpy(&value, data, sizeof(T));
-  data += sizeof(T);
-  size -= sizeof(T);
-  return value;
-}
+using tdist::fuzz::take;
 
 }  // namespace
 

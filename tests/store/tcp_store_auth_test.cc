@@ -20,6 +20,7 @@
 #include "net/auth.h"
 #include "net/socket.h"
 #include "store/tcp_store_protocol.h"
+#include "support/error_of.h"
 #include "tdist/error.h"
 #include "tdist/tcp_store.h"
 
@@ -42,15 +43,7 @@ std::unique_ptr<TCPStore> client(uint16_t port, std::optional<std::string> token
   return std::make_unique<TCPStore>("127.0.0.1", o);
 }
 
-template <typename E, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "(no exception)";
-}
+using test_support::error_of;
 
 // A raw connection speaking frames by hand.
 class Raw {

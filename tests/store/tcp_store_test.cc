@@ -22,6 +22,7 @@
 #include "net/address.h"
 #include "net/socket.h"
 #include "store/tcp_store_protocol.h"
+#include "support/error_of.h"
 #include "tdist/error.h"
 
 namespace tdist {
@@ -48,15 +49,7 @@ std::string get_text(Store& s, const std::string& key) {
   return to_string(s.get(key, Deadline::after(kShort)));
 }
 
-template <typename E, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "(no exception)";
-}
+using test_support::error_of;
 
 // True when the peer closes `fd` (EOF or reset) before the deadline; skips any bytes.
 bool closed_by_peer(int fd, Deadline deadline) {

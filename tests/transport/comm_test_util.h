@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/error_of.h"
 #include "tdist/hash_store.h"
 #include "transport/comm.h"
 
@@ -64,18 +65,7 @@ inline std::vector<uint8_t> pattern(uint64_t seed, size_t bytes) {
   return v;
 }
 
-// The message of the E that f() throws, or a text saying what happened instead.
-template <typename E, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("(another exception: ") + e.what() + ")";
-  }
-  return "(no exception)";
-}
+using test_support::error_of;
 
 // Runs body() in a forked child process (call it while this process has no other
 // threads); its return value is the exit code (99 on an exception). A child that hangs

@@ -1,8 +1,6 @@
 // The job's authentication token (job_token.h).
 #include "tdistrun/job_token.h"
 
-#include <stdlib.h>
-
 #include <cstdio>
 #include <cstdlib>
 
