@@ -57,15 +57,13 @@ struct TCPStore::Impl {
   std::vector<uint8_t> in TDIST_GUARDED_BY(mu);  // received bytes not yet consumed
   uint32_t next_id TDIST_GUARDED_BY(mu) = 1;
 
+  // Gives up the connection for good: later calls raise PeerError with `why`; this one
+  // raises E (AuthError when authentication failed).
+  template <typename E = PeerError>
   [[noreturn]] void fail(const std::string& why) TDIST_REQUIRES(mu) {
     fd.reset();
     broken = why;
-    TDIST_THROW(PeerError, "TCPStore: ", why);
-  }
-  [[noreturn]] void fail_auth(const std::string& why) TDIST_REQUIRES(mu) {
-    fd.reset();
-    broken = why;
-    TDIST_THROW(AuthError, "TCPStore: ", why);
+    TDIST_THROW(E, "TCPStore: ", why);
   }
 
   void check_key(const std::string& key) const {
@@ -192,8 +190,8 @@ struct TCPStore::Impl {
       }
       if (r->status != Status::kOk) {
         PayloadReader reader(r->payload, reply_limits);
-        fail_auth(detail::str_cat("the store at ", peer,
-                                  " refused the authentication: ", reader.message()));
+        fail<AuthError>(detail::str_cat("the store at ", peer,
+                                        " refused the authentication: ", reader.message()));
       }
       return std::move(r->payload);
     };
@@ -204,9 +202,9 @@ struct TCPStore::Impl {
     std::optional<net::auth::Mac> proof;
     if (challenge.size() == net::auth::kChallengeBytes) proof = initiator.answer(challenge.data());
     if (!proof) {
-      fail_auth(detail::str_cat("the store at ", peer,
-                                " does not know this job's authentication token (",
-                                net::auth::kTokenHint, ")"));
+      fail<AuthError>(detail::str_cat("the store at ", peer,
+                                      " does not know this job's authentication token (",
+                                      net::auth::kTokenHint, ")"));
     }
     if (!exchange(Command::kAuthProof, *proof).empty()) {
       fail(detail::str_cat("the store at ", peer, " sent a malformed AUTH_PROOF reply"));
