@@ -5,8 +5,9 @@ find_package(Threads REQUIRED)
 find_package(GTest QUIET)
 find_package(benchmark QUIET)
 
-# libcrypto: HMAC-SHA256 authentication of store and transport connections (src/net/auth).
-find_package(OpenSSL REQUIRED COMPONENTS Crypto)
+# libcrypto: HMAC-SHA256 authentication of store and transport connections (src/net/auth);
+# libssl: their optional mutual TLS (src/net/tls).
+find_package(OpenSSL REQUIRED COMPONENTS Crypto SSL)
 find_package(MPI QUIET COMPONENTS C)
 # LibTorch: Debian's 1.13 (libtorch-dev) or PyPI's 2.x wheel, whose TorchConfig also
 # enables CUDA (it needs a CUDA toolkit, e.g. /usr/local/cuda, even for CPU-only use) and

@@ -110,6 +110,13 @@ constexpr auto kSettings = std::to_array<Setting>({
     {"TDIST_TIMEOUT", "1800",
      "default seconds a process group's blocking operations wait (init_process_group's timeout)",
      SettingType::kSeconds, 0, kYear},
+    {"TDIST_TLS_CA", "",
+     "CA certificates (PEM file or hashed directory) that must have signed every peer's "
+     "certificate; with TDIST_TLS_CERT and TDIST_TLS_KEY turns on mutual TLS for the store and "
+     "the tcp transport"},
+    {"TDIST_TLS_CERT", "", "this process's TLS certificate chain (PEM file); see TDIST_TLS_CA"},
+    {"TDIST_TLS_KEY", "",
+     "this process's TLS private key (PEM file, not readable by others); see TDIST_TLS_CA"},
     {"TDIST_USE_AGENT_STORE", "0",
      "1 when the launcher hosts the TCPStore at MASTER_ADDR:MASTER_PORT and rank 0 only connects "
      "(torch: TORCHELASTIC_USE_AGENT_STORE)",
