@@ -8,6 +8,10 @@
 #          checks need (target torch_checks; then: ctest --test-dir build-torch2 -L '^torch$')
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# With ccache, the second tree takes the first's objects of everything outside the LibTorch
+# part (scripts/run_tests.sh sets CCACHE_BASEDIR and CCACHE_NOHASHDIR so paths match).
+launcher=()
+if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 if [[ ${1:-} == --torch2 ]]; then
   shift
   torch_dir=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null) ||
@@ -20,9 +24,10 @@ if [[ ${1:-} == --torch2 ]]; then
   # The package folder itself too, so that TorchConfig takes its libtorch.so, not Debian's.
   cmake -S . -B build-torch2 -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTDIST_WERROR=ON \
     -DTDIST_BUILD_BENCHMARKS=OFF -DCMAKE_PREFIX_PATH="$torch_dir/share/cmake;$torch_dir" \
-    "$@" >/dev/null
+    "${launcher[@]}" "$@" >/dev/null
   cmake --build build-torch2 -j"$(nproc)" --target torch_checks
   exit 0
 fi
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTDIST_WERROR=ON "$@" >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTDIST_WERROR=ON "${launcher[@]}" "$@" \
+  >/dev/null
 cmake --build build -j"$(nproc)"

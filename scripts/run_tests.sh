@@ -16,6 +16,9 @@ cd "$(dirname "$0")/.."
 stage() { echo "== $* [$((SECONDS / 60))m$((SECONDS % 60))s]"; }
 bash scripts/setup.sh
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+# ccache (scripts/build.sh): paths relative to the checkout and the build folder left out of
+# the hash, so build-torch2/ reuses build/'s objects.
+export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
 status=0
 
 # The sanitizers' runtime options, inherited by every process a test starts: the first
@@ -26,13 +29,16 @@ asan_env=(ASAN_OPTIONS=detect_leaks=1:halt_on_error=1
           UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp)
 tsan_env=(TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp)
 # Sanitized trees leave LibTorch out (its tests run in the g++ trees).
-san_cmake=(-DTDIST_WERROR=ON -DCMAKE_DISABLE_FIND_PACKAGE_Torch=ON)
+san_cmake=(-DTDIST_WERROR=ON -DCMAKE_DISABLE_FIND_PACKAGE_Torch=ON -DTDIST_BUILD_BENCHMARKS=OFF
+           -DTDIST_BUILD_EXAMPLES=OFF)
+if command -v ccache >/dev/null; then san_cmake+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 
 if [ "${TDIST_SKIP_CLANG:-0}" != 1 ]; then
   stage "clang ASan+UBSan build (warnings are errors)"
   CXX=clang++ CC=clang cmake -S . -B build-clang "${san_cmake[@]}" \
     -DTDIST_SANITIZE=address,undefined -DTDIST_FUZZ=ON >/dev/null
-  cmake --build build-clang -j"$(nproc)" >/dev/null
+  cmake --build build-clang -j"$(nproc)" \
+    --target tests_core tests_store tests_collectives tests_pg fuzzers >/dev/null
   stage "ASan+UBSan tests: core, store, collectives, pg; fuzz targets"
   env "${asan_env[@]}" ctest --test-dir build-clang -L '^(core|store|collectives|pg|fuzz)$' \
     --output-on-failure -j"$(nproc)" || status=$?
@@ -57,8 +63,7 @@ bash scripts/test_python.sh torch1 || status=$?
 if [ "${TDIST_SKIP_TSAN:-0}" != 1 ]; then
   stage "clang TSan build of the store, transport and pg suites"
   CXX=clang++ CC=clang cmake -S . -B build-tsan "${san_cmake[@]}" -DTDIST_SANITIZE=thread \
-    -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON -DTDIST_BUILD_BENCHMARKS=OFF \
-    -DTDIST_BUILD_EXAMPLES=OFF >/dev/null
+    -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON >/dev/null
   cmake --build build-tsan -j"$(nproc)" --target tests_store tests_transport tests_pg >/dev/null
   stage "TSan tests: store, transport, pg"
   env "${tsan_env[@]}" ctest --test-dir build-tsan -L '^(store|transport|pg)$' \
