@@ -12,11 +12,12 @@ set -euo pipefail
 # python3-pytest: the Python package built and tested against Debian's torch 1.13.
 # nlohmann-json3-dev: tdistrun's failure records and torch's error files.
 # libclang-rt-14-dev: clang's sanitizer and libFuzzer runtimes (TDIST_FUZZ; only recommended).
+# openssl: certificates for the multi-host TLS scenarios.
 # ccache: the build trees share what they compile alike (scripts/build.sh uses it when present).
 packages=(build-essential cmake pkg-config clang libgtest-dev libgmock-dev libbenchmark-dev
           libssl-dev iproute2 python3-torch zlib1g-dev libtorch-dev libopenblas0-pthread
           dataset-fashion-mnist libopenmpi-dev openmpi-bin pybind11-dev python3-pytest
-          nlohmann-json3-dev libclang-rt-14-dev ccache)
+          nlohmann-json3-dev libclang-rt-14-dev ccache openssl)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -16,6 +16,12 @@
 #    stop them first); the last rank, on the last host, SIGKILLs itself while the others
 #    wait in an all_reduce that needs it; each must get PeerError within 5 s of the kill
 #    (the ranks share a TDIST_AUTH_TOKEN).
+# With mutual TLS (certificates made here with the openssl command; skipped without it):
+#  - tls: the 2x2 check again, every agent and rank with its host's certificate from one
+#    CA besides the token;
+#  - stranger: host 1's agent presents a certificate from another CA; host 0's store
+#    refuses it, it exits non-zero at once with an error about its certificate, and no
+#    worker starts.
 # After each scenario nothing may be left in the namespaces. Every process runs under
 # `timeout`, so a hang fails its scenario in seconds, not the whole test.
 # Exit status: 0 all passed, 77 skipped (netns.sh check says why: not root, no `ip`, no
@@ -159,6 +165,85 @@ kill_test() {
 $((world - 1)) others within 5 s (slowest ${slowest:-?} ms)"
 }
 
+# make_pki: a CA (ca.pem), a certificate per host signed by it (hostI.pem, hostI.key), and
+# a stranger's certificate from another CA (stranger.pem, stranger.key), under $tmp/pki.
+make_pki() {
+  local pki="$tmp/pki" name
+  mkdir -p "$pki"
+  for name in ca other_ca; do
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+      -subj "/CN=tdist test $name" -keyout "$pki/$name.key" -out "$pki/$name.pem" 2>/dev/null
+  done
+  for name in host0 host1 host2 stranger; do
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$name" \
+      -keyout "$pki/$name.key" -out "$pki/$name.csr" 2>/dev/null
+    local ca=ca
+    [[ $name == stranger ]] && ca=other_ca
+    openssl x509 -req -in "$pki/$name.csr" -CA "$pki/$ca.pem" -CAkey "$pki/$ca.key" \
+      -CAcreateserial -days 2 -out "$pki/$name.pem" 2>/dev/null
+  done
+  chmod 600 "$pki"/*.key
+}
+
+# tls_env HOST_FILE_STEM: the settings for a process holding that certificate.
+tls_env() {
+  echo "TDIST_TLS_CERT=$tmp/pki/$1.pem TDIST_TLS_KEY=$tmp/pki/$1.key TDIST_TLS_CA=$tmp/pki/ca.pem"
+}
+
+# tls_check: the 2x2 check with every agent (and so every rank) under mutual TLS.
+tls_check() {
+  local nnodes=2 i pids=() rc
+  begin tls_check
+  for ((i = 0; i < nnodes; i++)); do
+    # shellcheck disable=SC2046  # tls_env's words are separate settings
+    timeout -k 5 40 env TMPDIR="$dir" TDIST_TEST_BACKEND=auto TDIST_AUTH_TOKEN_FILE="$token_file" \
+      $(tls_env "host$i") "$netns" exec "$prefix" "$i" "$tdistrun" --nnodes "$nnodes" \
+      --node-rank "$i" --nproc-per-node 2 --rdzv-endpoint "${addrs[0]}:29400" \
+      --rdzv-id tlscheck --rdzv-timeout 20 --no-python "$worker" check \
+      >"$dir/host$i.out" 2>"$dir/host$i.err" &
+    pids+=($!)
+  done
+  for ((i = 0; i < nnodes; i++)); do
+    rc=0
+    wait "${pids[i]}" 2>/dev/null || rc=$?
+    ((rc == 0)) || problem "tdistrun on host $i exited with $rc, expected 0"
+  done
+  local passed
+  passed=$(cat "$dir"/host*.out | grep -Ec "checks passed \(backend auto, world 4\)" || true)
+  ((passed == 4)) || problem "$passed of 4 ranks reported their checks passed"
+  end "tls: every collective over auto is right on 2 hosts with 2 ranks each under mutual TLS"
+}
+
+# stranger: like intruder, with the right token but a certificate from another CA.
+stranger_test() {
+  local pids=() rc start elapsed
+  begin stranger
+  start=$(date +%s)
+  # shellcheck disable=SC2046
+  timeout -k 5 30 env TMPDIR="$dir" TDIST_AUTH_TOKEN_FILE="$token_file" $(tls_env host0) \
+    "$netns" exec "$prefix" 0 "$tdistrun" --nnodes 2 --node-rank 0 --nproc-per-node 1 \
+    --rdzv-endpoint "${addrs[0]}:29400" --rdzv-id stranger --rdzv-timeout 4 --no-python \
+    "$worker" check >"$dir/host0.out" 2>"$dir/host0.err" &
+  pids+=($!)
+  sleep 0.5
+  rc=0
+  # shellcheck disable=SC2046
+  timeout -k 5 30 env TMPDIR="$dir" TDIST_AUTH_TOKEN_FILE="$token_file" $(tls_env stranger) \
+    "$netns" exec "$prefix" 1 "$tdistrun" --nnodes 2 --node-rank 1 --nproc-per-node 1 \
+    --rdzv-endpoint "${addrs[0]}:29400" --rdzv-id stranger --rdzv-timeout 4 --no-python \
+    "$worker" check >"$dir/host1.out" 2>"$dir/host1.err" || rc=$?
+  elapsed=$(($(date +%s) - start))
+  ((rc != 0)) || problem "the stranger's agent exited 0"
+  grep -q "certificate" "$dir/host1.err" ||
+    problem "the stranger's error does not name its certificate"
+  ((elapsed < 4)) || problem "the stranger's agent took ${elapsed} s to fail (retried?)"
+  rc=0
+  wait "${pids[0]}" 2>/dev/null || rc=$?
+  ((rc != 0)) || problem "host 0's agent exited 0 without its second node"
+  ! grep -q "checks passed" "$dir"/host*.out || problem "a worker ran"
+  end "stranger: an agent whose certificate another CA signed is refused at once"
+}
+
 # intruder: host 1's agent has another token than host 0's; it is refused by host 0's
 # store with AuthError and exits non-zero at once, and no worker starts anywhere.
 intruder_test() {
@@ -189,6 +274,13 @@ intruder_test() {
 }
 
 intruder_test
+if command -v openssl >/dev/null; then
+  make_pki
+  tls_check
+  stranger_test
+else
+  echo "multihost_auto_test: no openssl command; the TLS scenarios are skipped"
+fi
 kill_round=0
 for layout in "2 2" "2 2 2" "1 3"; do
   # shellcheck disable=SC2086  # the layout's words are its hosts
