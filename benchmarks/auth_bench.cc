@@ -1,7 +1,9 @@
 // What authentication (net/auth.h) costs per connection: one HMAC-SHA256; a TCPStore
 // client's connect plus one request against an in-process server, without and with a
-// token; and a two-rank tcp and shm Comm's whole setup (ranks as threads over a HashStore),
-// without and with a token. Compare the /0 and /1 rows of one run.
+// token, and over mutual TLS (net/tls.h; certificates of a test CA made at start, or the
+// files of TDIST_TLS_CERT/KEY/CA) without and with a token; and a two-rank tcp and shm
+// Comm's whole setup (ranks as threads over a HashStore), without and with a token.
+// Compare the /0 and /1 rows, and BM_StoreConnect with BM_StoreConnectTls, of one run.
 //
 //   auth_bench [--benchmark_min_time=...]
 #include <benchmark/benchmark.h>
@@ -12,6 +14,8 @@
 #include <thread>
 
 #include "net/auth.h"
+#include "net/tls.h"
+#include "support/test_certs.h"
 #include "tdist/hash_store.h"
 #include "tdist/prefix_store.h"
 #include "tdist/tcp_store.h"
@@ -33,16 +37,43 @@ BENCHMARK(BM_Hmac);
 
 void BM_StoreConnect(benchmark::State& state) {
   const std::string token = state.range(0) != 0 ? kToken : "";
-  auto server = TCPStoreServer::start("127.0.0.1", 0, token);
+  auto server = TCPStoreServer::start("127.0.0.1", 0, token, TlsFiles{});  // no TLS
   TCPStoreOptions options;
   options.port = server->port();
   options.auth_token = token;
+  options.tls = TlsFiles{};
   for (auto _ : state) {
     TCPStore client("127.0.0.1", options);
     benchmark::DoNotOptimize(client.num_keys());
   }
 }
 BENCHMARK(BM_StoreConnect)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+
+// The files of TDIST_TLS_CERT/KEY/CA, else a test CA's (made once, removed at exit).
+TlsFiles bench_tls_files() {
+  const net::tls::Config set = net::tls::config_from_settings();
+  if (set.enabled()) return {set.cert, set.key, set.ca};
+  static testing::TestPki pki;
+  static const net::tls::Config made = pki.config("bench");
+  return {made.cert, made.key, made.ca};
+}
+
+// As BM_StoreConnect, over TLS: a handshake (ECDHE and a certificate check each way) per
+// connection.
+void BM_StoreConnectTls(benchmark::State& state) {
+  const std::string token = state.range(0) != 0 ? kToken : "";
+  const TlsFiles tls = bench_tls_files();
+  auto server = TCPStoreServer::start("127.0.0.1", 0, token, tls);
+  TCPStoreOptions options;
+  options.port = server->port();
+  options.auth_token = token;
+  options.tls = tls;
+  for (auto _ : state) {
+    TCPStore client("127.0.0.1", options);
+    benchmark::DoNotOptimize(client.num_keys());
+  }
+}
+BENCHMARK(BM_StoreConnectTls)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 
 // One two-rank Comm per iteration; the token comes from the environment, as in a job.
 template <typename Connect>

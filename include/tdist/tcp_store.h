@@ -13,6 +13,14 @@
 // only clients that prove they know it, and a client talks only to a server that proves
 // the same; the refused side gets a notice naming why, and the server logs one line.
 //
+// With TLS files (TDIST_TLS_CERT, TDIST_TLS_KEY and TDIST_TLS_CA, or TlsFiles in the
+// options), every connection is mutual TLS 1.3 from its first byte: the server and its
+// clients each present a certificate that the CA signed, and a token, when set, is then
+// checked inside TLS. A client whose certificate is refused, or that reaches a server
+// without TLS, raises AuthError naming why; a client without TLS that reaches a TLS
+// server gets a notice that the store requires TLS. The server logs one line per refusal
+// and keeps serving the others; a handshake must end within TDIST_STORE_FRAME_TIMEOUT.
+//
 // TCPStore is the client (and, with is_server, also owns a server). Connecting retries
 // with backoff until the connect deadline, then raises TimeoutError naming host:port.
 // A client object is thread-safe (calls are serialised on its one connection); a broken
@@ -29,6 +37,16 @@
 
 namespace tdist {
 
+// The PEM files of mutual TLS (see net/tls.h): this process's certificate chain, its
+// private key (not readable by others) and the CA certificates that sign the job's
+// certificates (a file or an OpenSSL hashed directory). All three, or all empty (no TLS).
+// A file that cannot be loaded raises InvalidArgument naming it.
+struct TlsFiles {
+  std::string cert;
+  std::string key;
+  std::string ca;
+};
+
 class TCPStoreServer {
  public:
   // Binds host:port (port 0 = any free port) and starts serving. host "" or "0.0.0.0"
@@ -36,9 +54,12 @@ class TCPStoreServer {
   // `auth_token`: the job's secret every client must prove it knows (HMAC-SHA256
   // challenge-response) before any request is served; default TDIST_AUTH_TOKEN or
   // TDIST_AUTH_TOKEN_FILE's; "" = no authentication.
+  // `tls`: serve only mutual TLS clients with these files; default TDIST_TLS_CERT,
+  // TDIST_TLS_KEY and TDIST_TLS_CA; TlsFiles{} (all empty) = no TLS.
   static std::unique_ptr<TCPStoreServer> start(
       const std::string& host = "0.0.0.0", uint16_t port = 0,
-      const std::optional<std::string>& auth_token = std::nullopt);
+      const std::optional<std::string>& auth_token = std::nullopt,
+      const std::optional<TlsFiles>& tls = std::nullopt);
   virtual ~TCPStoreServer() = default;
   virtual uint16_t port() const = 0;
   // Stops serving and closes every client connection (also done by the destructor).
@@ -57,6 +78,10 @@ struct TCPStoreOptions {
   // connecting; also its own server's. Default TDIST_AUTH_TOKEN or TDIST_AUTH_TOKEN_FILE's;
   // "" = no authentication. A client and a server that disagree raise PeerError.
   std::optional<std::string> auth_token;
+  // Mutual TLS for the connection (the handshake ends within the connect timeout), and for
+  // its own server. Default TDIST_TLS_CERT, TDIST_TLS_KEY and TDIST_TLS_CA; TlsFiles{} = no
+  // TLS. A refused certificate, or a server without TLS, raises AuthError.
+  std::optional<TlsFiles> tls;
 };
 
 class TCPStore : public Store {

@@ -214,8 +214,14 @@ Session::~Session() {
   SSL_free(ssl_);
 }
 
+void Session::begin_call() {
+  ERR_clear_error();  // SSL_get_error reads this thread's queue
+  static_cast<BioState*>(BIO_get_data(SSL_get_rbio(ssl_)))->error = 0;
+}
+
 Session::Status Session::status_of(int ret, const char* what) {
   auto* state = static_cast<BioState*>(BIO_get_data(SSL_get_rbio(ssl_)));
+  socket_errno_ = 0;
   switch (SSL_get_error(ssl_, ret)) {
     case SSL_ERROR_WANT_READ:
       return Status::kWantRead;
@@ -226,6 +232,7 @@ Session::Status Session::status_of(int ret, const char* what) {
       return Status::kClosed;
     case SSL_ERROR_SYSCALL:
       if (state->error != 0) {
+        socket_errno_ = state->error;
         error_ = detail::str_cat(what, " failed: ", std::strerror(state->error));
         ERR_clear_error();
         return Status::kFailed;
@@ -234,6 +241,13 @@ Session::Status Session::status_of(int ret, const char* what) {
       ERR_clear_error();
       return Status::kClosed;
     default: {
+      // OpenSSL 3 reports a peer that closed without close_notify as an error. The
+      // protocols above frame their own messages, so a cut-short stream is theirs to see.
+      if (ERR_GET_REASON(ERR_peek_error()) == SSL_R_UNEXPECTED_EOF_WHILE_READING) {
+        ERR_clear_error();
+        error_ = "the connection was closed";
+        return Status::kClosed;
+      }
       const long verdict = SSL_get_verify_result(ssl_);
       // In TLS 1.3 a client finishes its handshake before the server checked its
       // certificate: a refusal reaches it as an alert on its first read.
@@ -251,20 +265,20 @@ Session::Status Session::status_of(int ret, const char* what) {
 }
 
 Session::Status Session::handshake() {
-  ERR_clear_error();
+  begin_call();
   const int ret = SSL_do_handshake(ssl_);
   return ret == 1 ? Status::kOk : status_of(ret, "TLS handshake");
 }
 
 Session::Io Session::read(void* data, size_t size) {
-  ERR_clear_error();
+  begin_call();
   size_t got = 0;
   if (SSL_read_ex(ssl_, data, size, &got) == 1) return {got, Status::kOk};
   return {0, status_of(0, "TLS read")};
 }
 
 Session::Io Session::write(const void* data, size_t size) {
-  ERR_clear_error();
+  begin_call();
   size_t put = 0;
   if (SSL_write_ex(ssl_, data, size, &put) == 1) return {put, Status::kOk};
   return {0, status_of(0, "TLS write")};

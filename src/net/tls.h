@@ -84,7 +84,8 @@ class Session {
 
   // One non-blocking step of the handshake: kOk once both sides verified each other.
   Status handshake();
-  // Like recv/send on a non-blocking socket. read: kClosed at the peer's close (or EOF).
+  // Like recv/send on a non-blocking socket. read: kClosed at the peer's close, with or
+  // without close_notify (the protocols above frame their messages and see a cut).
   Io read(void* data, size_t size);
   Io write(const void* data, size_t size);
   // Whether decrypted bytes wait inside the session (the socket may then never be readable
@@ -102,9 +103,12 @@ class Session {
   // Whether the handshake failed on a certificate (ours or the peer's) or the peer does not
   // speak TLS, rather than on the socket; also after a read that got the peer's refusal.
   bool rejected() const { return rejected_; }
+  // The socket's errno when the last call failed on it (ECONNRESET, EPIPE, ...), else 0.
+  int socket_errno() const { return socket_errno_; }
   int fd() const { return fd_; }
 
  private:
+  void begin_call();
   Status status_of(int ret, const char* what);
 
   std::shared_ptr<const Context> context_;
@@ -112,6 +116,7 @@ class Session {
   int fd_;
   std::string error_;
   bool rejected_ = false;
+  int socket_errno_ = 0;
 };
 
 // Blocking helpers, waiting in poll() up to `deadline`; `what` names the peer in errors.

@@ -1,7 +1,10 @@
 // TCPStore, the client: one connection, calls serialised by a mutex, replies matched to
 // requests by id. A blocking call (get, wait, multi_get) that reaches its deadline sends
 // CANCEL for its request and reads up to the CANCEL's reply, so no stale reply is left
-// on the connection; any reply whose id is not the one awaited is discarded.
+// on the connection; any reply whose id is not the one awaited is discarded. With TLS, the
+// handshake follows the TCP connect (within the connect deadline) and every byte then
+// goes through the session; the receive loop reads the session before it polls the socket
+// (decrypted bytes may wait inside it).
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -14,6 +17,7 @@
 #include "net/socket.h"
 #include "store/store_internal.h"
 #include "store/tcp_store_protocol.h"
+#include "store/tcp_store_tls.h"
 #include "tdist/error.h"
 #include "tdist/logging.h"
 #include "tdist/settings.h"
@@ -52,7 +56,9 @@ struct TCPStore::Impl {
   store_wire::Limits reply_limits{UINT32_MAX, UINT32_MAX};
 
   Mutex mu;
-  net::Fd fd TDIST_GUARDED_BY(mu);               // empty once the connection broke
+  net::Fd fd TDIST_GUARDED_BY(mu);  // empty once the connection broke
+  // With TLS: the session over fd (null with fd, and without TLS).
+  std::unique_ptr<net::tls::Session> tls TDIST_GUARDED_BY(mu);
   std::string broken TDIST_GUARDED_BY(mu);       // why fd is empty
   std::vector<uint8_t> in TDIST_GUARDED_BY(mu);  // received bytes not yet consumed
   uint32_t next_id TDIST_GUARDED_BY(mu) = 1;
@@ -61,6 +67,7 @@ struct TCPStore::Impl {
   // raises E (AuthError when authentication failed).
   template <typename E = PeerError>
   [[noreturn]] void fail(const std::string& why) TDIST_REQUIRES(mu) {
+    tls.reset();
     fd.reset();
     broken = why;
     TDIST_THROW(E, "TCPStore: ", why);
@@ -83,7 +90,11 @@ struct TCPStore::Impl {
                 InvalidArgument, "TCPStore: request of ", frame.size(),
                 " bytes exceeds the frame limit ", limits.max_frame_bytes());
     try {
-      net::write_full(fd.get(), frame.data(), frame.size(), deadline, peer);
+      if (tls) {
+        net::tls::write_full(*tls, frame.data(), frame.size(), deadline, peer);
+      } else {
+        net::write_full(fd.get(), frame.data(), frame.size(), deadline, peer);
+      }
     } catch (const PeerError& e) {
       fail(std::string("connection to the store at ") + peer + " broke: " + e.what());
     }
@@ -115,6 +126,10 @@ struct TCPStore::Impl {
       }
       if (!fd) TDIST_THROW(PeerError, "TCPStore: ", broken);
       uint8_t chunk[kReadChunk];
+      if (tls) {
+        if (!receive_tls(chunk, sizeof(chunk), deadline)) return std::nullopt;
+        continue;
+      }
       ssize_t n = ::recv(fd.get(), chunk, sizeof(chunk), 0);
       if (n > 0) {
         in.insert(in.end(), chunk, chunk + n);
@@ -126,6 +141,52 @@ struct TCPStore::Impl {
         fail("connection to the store at " + peer + " broke: " + net::errno_text(errno));
       }
       if (!net::wait_fd(fd.get(), POLLIN, deadline)) return std::nullopt;
+    }
+  }
+
+  // Appends what the session has to `in`, waiting for the socket when it has nothing; false
+  // at the deadline. A refusal of this process's certificate (TLS 1.3 tells a client on its
+  // first read) raises AuthError.
+  bool receive_tls(uint8_t* chunk, size_t size, Deadline deadline) TDIST_REQUIRES(mu) {
+    const net::tls::Session::Io io = tls->read(chunk, size);
+    using TlsStatus = net::tls::Session::Status;
+    switch (io.status) {
+      case TlsStatus::kOk:
+        in.insert(in.end(), chunk, chunk + io.bytes);
+        return true;
+      case TlsStatus::kWantRead:
+      case TlsStatus::kWantWrite:
+        return net::wait_fd(fd.get(), io.status == TlsStatus::kWantRead ? POLLIN : POLLOUT,
+                            deadline);
+      case TlsStatus::kClosed:
+        fail("connection to the store at " + peer + " was closed by the server");
+      case TlsStatus::kFailed:
+        break;
+    }
+    if (tls->rejected()) {
+      fail<AuthError>(detail::str_cat("the store at ", peer,
+                                      " refused this process's TLS certificate: ", tls->error(),
+                                      " (", net::tls::kTlsHint, ")"));
+    }
+    fail("connection to the store at " + peer + " broke: " + tls->error());
+  }
+
+  // Runs the TLS handshake on the new connection (the server's certificate is checked).
+  void start_tls(std::shared_ptr<const net::tls::Context> context, Deadline deadline)
+      TDIST_EXCLUDES(mu) {
+    MutexLock lock(mu);
+    tls =
+        std::make_unique<net::tls::Session>(std::move(context), fd.get(), net::tls::Role::kClient);
+    try {
+      net::tls::handshake(*tls, deadline, "the store at " + peer);
+    } catch (const AuthError& e) {
+      fail<AuthError>(e.what());
+    } catch (const PeerError& e) {
+      // A server without TLS closes a connection whose first bytes are TLS.
+      fail<AuthError>(detail::str_cat(e.what(), "; a store without TLS closes TLS clients (",
+                                      net::tls::kTlsHint, ")"));
+    } catch (const TimeoutError& e) {
+      fail<TimeoutError>(e.what());
     }
   }
 
@@ -266,8 +327,9 @@ TCPStore::TCPStore(std::string host, TCPStoreOptions options)
   s.limits = store_wire::Limits::from_settings();
   net::auth::Key key =
       options.auth_token ? net::auth::Key(*options.auth_token) : net::auth::Key::from_settings();
+  std::shared_ptr<const net::tls::Context> tls = store_internal::tls_context(options.tls);
   if (options.is_server) {
-    s.server = TCPStoreServer::start(s.host, options.port, key.secret());
+    s.server = TCPStoreServer::start(s.host, options.port, key.secret(), options.tls);
     s.port = s.server->port();
   }
   // A wildcard address names "this machine" when connecting.
@@ -283,6 +345,7 @@ TCPStore::TCPStore(std::string host, TCPStoreOptions options)
     MutexLock lock(s.mu);  // not shared yet; taken for the analysis
     s.fd = std::move(fd);
   }
+  if (tls) s.start_tls(std::move(tls), connect_deadline);
   if (key.enabled()) s.authenticate(key, connect_deadline);
   if (options.wait_for_workers && options.num_workers.has_value()) {
     int64_t joined = add(kWorkersKey, 1);
@@ -291,7 +354,10 @@ TCPStore::TCPStore(std::string host, TCPStoreOptions options)
   }
 }
 
-TCPStore::~TCPStore() = default;
+TCPStore::~TCPStore() {
+  MutexLock lock(impl_->mu);
+  if (impl_->tls) impl_->tls->shutdown();  // close_notify: the server sees a clean close
+}
 
 const std::string& TCPStore::host() const { return impl_->host; }
 uint16_t TCPStore::port() const { return impl_->port; }

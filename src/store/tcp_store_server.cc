@@ -12,16 +12,19 @@
 #include <cerrno>
 #include <chrono>
 
+#include "store/tcp_store_tls.h"
 #include "tdist/error.h"
 #include "tdist/logging.h"
 #include "tdist/settings.h"
 
 namespace tdist {
 
-std::unique_ptr<TCPStoreServer> TCPStoreServer::start(
-    const std::string& host, uint16_t port, const std::optional<std::string>& auth_token) {
+std::unique_ptr<TCPStoreServer> TCPStoreServer::start(const std::string& host, uint16_t port,
+                                                      const std::optional<std::string>& auth_token,
+                                                      const std::optional<TlsFiles>& tls) {
   net::auth::Key key = auth_token ? net::auth::Key(*auth_token) : net::auth::Key::from_settings();
-  return std::make_unique<store_internal::StoreServer>(host, port, std::move(key));
+  return std::make_unique<store_internal::StoreServer>(host, port, std::move(key),
+                                                       store_internal::tls_context(tls));
 }
 
 namespace store_internal {
@@ -62,9 +65,11 @@ void raise_descriptor_limit(size_t needed) {
 
 }  // namespace
 
-StoreServer::StoreServer(const std::string& host, uint16_t port, net::auth::Key key)
+StoreServer::StoreServer(const std::string& host, uint16_t port, net::auth::Key key,
+                         std::shared_ptr<const net::tls::Context> tls)
     : limits_(store_wire::Limits::from_settings()),
       key_(std::move(key)),
+      tls_(std::move(tls)),
       max_connections_(static_cast<size_t>(setting_int("TDIST_STORE_MAX_CONNECTIONS"))),
       max_waits_per_connection_(
           static_cast<size_t>(setting_int("TDIST_STORE_MAX_WAITS_PER_CONNECTION"))),
@@ -85,8 +90,8 @@ StoreServer::StoreServer(const std::string& host, uint16_t port, net::auth::Key 
     }
   });
   TDIST_LOG(kDebug) << "TCPStore server listening on " << listener_.address.to_string()
-                    << (key_.enabled() ? " (clients authenticate)" : "");
-  if (!key_.enabled() && !listener_.address.is_loopback()) {
+                    << (key_.enabled() ? " (clients authenticate)" : "") << (tls_ ? " (TLS)" : "");
+  if (!key_.enabled() && !tls_ && !listener_.address.is_loopback()) {
     TDIST_LOG(kWarn) << "TCPStore server on " << listener_.address.to_string()
                      << " has no authentication token: whoever reaches it can read and change "
                         "the job's keys (set TDIST_AUTH_TOKEN or TDIST_AUTH_TOKEN_FILE)";
@@ -152,18 +157,20 @@ void StoreServer::on_accept() {
                                               "TDIST_STORE_MAX_CONNECTIONS=",
                                               max_connections_, " allows");
       TDIST_LOG(kWarn) << "TCPStore server: refusing connection from " << peer << ": " << why;
-      tell_refused(fd.get(), why);
-      continue;  // fd closes here
+      if (!tls_) tell_refused(fd.get(), why);  // a TLS client could not read it
+      continue;                                // fd closes here
     }
     auto c = std::make_unique<Connection>();
     c->id = next_conn_id_++;
     c->fd = std::move(fd);
     c->peer = std::move(peer);
     c->events = EPOLLIN;
-    if (key_.enabled()) {
-      c->auth = Connection::Auth::kAwaitHello;
-      c->accepted_at = std::chrono::steady_clock::now();
+    if (key_.enabled()) c->auth = Connection::Auth::kAwaitHello;
+    if (tls_) {
+      c->tls_state = Connection::Tls::kFirstBytes;
+      c->handshake_events = EPOLLIN;
     }
+    c->accepted_at = std::chrono::steady_clock::now();
     uint64_t id = c->id;
     loop_.add(c->fd.get(), c->events, [this, id](uint32_t events) { on_events(id, events); });
     TDIST_LOG(kTrace) << "TCPStore server: connection from " << c->peer;
@@ -171,74 +178,22 @@ void StoreServer::on_accept() {
   }
 }
 
-bool StoreServer::drop_one_connection() {
-  // The spare descriptor makes room to accept the waiting client and close it at once: it
-  // sees a closed connection instead of hanging in the queue, and the level-triggered
-  // listener does not spin. The dropped one is closed before the spare is taken again.
-  const bool had_spare = static_cast<bool>(spare_fd_);
-  bool dropped = false;
-  int error = 0;
-  if (had_spare) {
-    spare_fd_.reset();
-    net::Fd client = net::accept_tcp(listener_.fd.get(), &error);
-    if (client) tell_refused(client.get(), "the server is out of file descriptors");
-    dropped = static_cast<bool>(client);
-    client.reset();  // before the spare is taken again
-    spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-  }
-  if (dropped) ++dropped_connections_;
-  const auto now = std::chrono::steady_clock::now();
-  if (dropped_connections_ > 0 && now >= next_drop_log_) {  // one line per 10 s at most
-    TDIST_LOG(kWarn) << "TCPStore server: out of file descriptors with " << conns_.size()
-                     << " connections; dropped " << dropped_connections_
-                     << " new connection(s) (raise the open-file limit, ulimit -n)";
-    dropped_connections_ = 0;
-    next_drop_log_ = now + std::chrono::seconds(10);
-  }
-  if (had_spare && !dropped && error == 0) return false;  // the queue emptied meanwhile
-  if (spare_fd_ && dropped) return true;
-  // No spare to be had (the process's descriptors are all taken): stop accepting until a
-  // connection closes, rather than retrying in a loop.
-  if (!accept_paused_) {
-    TDIST_LOG(kWarn) << "TCPStore server: out of file descriptors with " << conns_.size()
-                     << " connections; not accepting until one closes";
-    loop_.modify(listener_.fd.get(), 0);
-    accept_paused_ = true;
-  }
-  return false;
-}
-
-void StoreServer::tell_refused(int fd, const std::string& why) {
-  // Best effort, never blocking: a fresh socket's send buffer takes a short frame.
-  std::vector<uint8_t> notice;
-  store_wire::FrameWriter(notice, static_cast<uint8_t>(store_wire::Status::kError),
-                          store_wire::kNoticeRequestId)
-      .bytes(std::string_view(why))
-      .finish();
-  (void)!::send(fd, notice.data(), notice.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-  ::shutdown(fd, SHUT_WR);
-  // Unread input would turn the close into a reset that can overtake the notice.
-  uint8_t drain[4096];
-  for (int i = 0; i < 16 && ::recv(fd, drain, sizeof(drain), MSG_DONTWAIT) > 0; ++i) {
-  }
-}
-
-void StoreServer::refuse(Connection& c, const std::string& why) {
-  // Its replies so far go first (best effort, like the notice: no more than a challenge).
-  if (c.out.size() > c.out_start) {
-    (void)!::send(c.fd.get(), c.out.data() + c.out_start, c.out.size() - c.out_start,
-                  MSG_NOSIGNAL | MSG_DONTWAIT);
-  }
-  tell_refused(c.fd.get(), why);
-  close_connection(c.id, why, /*warn=*/true);
-}
-
 void StoreServer::on_events(uint64_t conn_id, uint32_t events) {
   Connection* c = find(conn_id);
   if (c == nullptr) return;
   try {
-    if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0 && !read_input(*c)) return;
-    if ((events & EPOLLOUT) != 0) flush(*c);
+    if (c->tls_state == Connection::Tls::kFirstBytes ||
+        c->tls_state == Connection::Tls::kHandshake) {
+      if (!advance_tls(*c) || c->tls_state != Connection::Tls::kUp) return;
+      events |= EPOLLIN;  // requests may have come with the handshake's end
+    }
+    // A session may want the other direction than its call (TLS key updates).
+    const bool readable = (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0 ||
+                          (c->tls_read_wants_write && (events & EPOLLOUT) != 0);
+    if (readable && !read_input(*c)) return;
+    if ((events & EPOLLOUT) != 0 || (c->tls_write_wants_read && (events & EPOLLIN) != 0)) {
+      flush(*c);
+    }
   } catch (const std::exception& e) {
     close_connection(conn_id, std::string("internal error: ") + e.what(), /*warn=*/true);
   }
@@ -247,11 +202,12 @@ void StoreServer::on_events(uint64_t conn_id, uint32_t events) {
 bool StoreServer::read_input(Connection& c) {
   uint8_t chunk[kReadChunk];
   size_t total = 0;
-  while (total < kMaxReadPerEvent) {
-    ssize_t n = ::recv(c.fd.get(), chunk, sizeof(chunk), 0);
-    if (n > 0) {
-      total += static_cast<size_t>(n);
-      c.in.insert(c.in.end(), chunk, chunk + n);
+  // Bytes a TLS session decrypted already are read now: epoll would not report them.
+  while (total < kMaxReadPerEvent || has_pending(c)) {
+    const ConnectionIo io = receive(c, chunk, sizeof(chunk));
+    if (io.kind == ConnectionIo::Kind::kOk) {
+      total += io.bytes;
+      c.in.insert(c.in.end(), chunk, chunk + io.bytes);
       account(c);
       if (!parse_frames(c)) return false;
       if (output_paused(c)) {  // the client is not reading its replies: stop reading it
@@ -260,7 +216,7 @@ bool StoreServer::read_input(Connection& c) {
       }
       continue;
     }
-    if (n == 0) {
+    if (io.kind == ConnectionIo::Kind::kClosed) {
       if (c.auth == Connection::Auth::kAwaitProof) {
         close_connection(c.id,
                          "closed by the client during authentication (it does not know the "
@@ -276,10 +232,11 @@ bool StoreServer::read_input(Connection& c) {
       }
       return false;
     }
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-    close_connection(c.id, std::string("read failed: ") + net::errno_text(errno),
-                     /*warn=*/errno != ECONNRESET);
+    if (io.kind == ConnectionIo::Kind::kAgain) {
+      if (c.tls_read_wants_write) update_interest(c);
+      break;
+    }
+    close_connection(c.id, "read failed: " + io.error, /*warn=*/!io.quiet);
     return false;
   }
   return true;
@@ -294,6 +251,7 @@ bool StoreServer::output_paused(const Connection& c) const {
 }
 
 bool StoreServer::parse_frames(Connection& c) {
+  if (!tls_ && !c.first_bytes_checked && closed_tls_client(c)) return false;
   c.parsing = true;  // reset on the way out; every `return false` closed (destroyed) c
   c.frame_target = 0;
   size_t pos = 0;
@@ -389,13 +347,26 @@ void StoreServer::close_stalled_frames() {
     // Requests held back by the read pause are whole frames: not the client's delay.
     if (c->partial_since && !output_paused(*c) && now - *c->partial_since > frame_timeout_) {
       stalled.push_back(id);
-    } else if (c->auth != Connection::Auth::kDone && now - c->accepted_at > frame_timeout_) {
-      stalled.push_back(id);
+    } else if (!ready(*c) && now - c->accepted_at > frame_timeout_) {
+      stalled.push_back(id);  // authentication (and a TLS handshake) end within the timeout
     }
   }
   for (uint64_t id : stalled) {
     Connection* c = find(id);
     if (c == nullptr) continue;
+    if (c->tls_state == Connection::Tls::kHandshake) {  // no notice: it cannot be read
+      close_connection(
+          id,
+          detail::str_cat("did not complete the TLS handshake within ",
+                          frame_timeout_.count() / 1000.0, " s (TDIST_STORE_FRAME_TIMEOUT)"),
+          /*warn=*/true);
+      continue;
+    }
+    if (c->tls_state == Connection::Tls::kFirstBytes) {
+      refuse(*c, detail::str_cat("did not begin TLS within ", frame_timeout_.count() / 1000.0,
+                                 " s (TDIST_STORE_FRAME_TIMEOUT; this store requires TLS)"));
+      continue;
+    }
     if (c->auth != Connection::Auth::kDone) {
       refuse(*c, detail::str_cat("did not authenticate within ", frame_timeout_.count() / 1000.0,
                                  " s (TDIST_STORE_FRAME_TIMEOUT)"));
@@ -438,16 +409,14 @@ void StoreServer::flush_dirty() {
 
 void StoreServer::flush(Connection& c) {
   while (c.out_start < c.out.size()) {
-    ssize_t n =
-        ::send(c.fd.get(), c.out.data() + c.out_start, c.out.size() - c.out_start, MSG_NOSIGNAL);
-    if (n >= 0) {
-      c.out_start += static_cast<size_t>(n);
+    // After kAgain, the retry starts at the same out_start (TLS's rule for a write).
+    const ConnectionIo io = send(c, c.out.data() + c.out_start, c.out.size() - c.out_start);
+    if (io.kind == ConnectionIo::Kind::kOk) {
+      c.out_start += io.bytes;
       continue;
     }
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-    close_connection(c.id, std::string("write failed: ") + net::errno_text(errno),
-                     /*warn=*/errno != EPIPE && errno != ECONNRESET);
+    if (io.kind == ConnectionIo::Kind::kAgain) break;
+    close_connection(c.id, "write failed: " + io.error, /*warn=*/!io.quiet);
     return;
   }
   if (c.out_start == c.out.size()) {
@@ -462,12 +431,19 @@ void StoreServer::flush(Connection& c) {
   // inside it, which flushes a last reply before closing).
   if (!c.parsing && !c.in.empty() && !output_paused(c) && !parse_frames(c)) return;  // closed
   update_interest(c);
+  // Reading resumed: what its session decrypted before the pause is not reported by epoll.
+  if (!c.parsing && (c.events & EPOLLIN) != 0 && has_pending(c)) read_input(c);
 }
 
 void StoreServer::update_interest(Connection& c) {
   size_t pending = c.out.size() - c.out_start;
   uint32_t want =
       (output_paused(c) ? 0u : uint32_t{EPOLLIN}) | (pending > 0 ? uint32_t{EPOLLOUT} : 0u);
+  if (c.tls_read_wants_write) want |= EPOLLOUT;
+  if (c.tls_write_wants_read) want |= EPOLLIN;
+  if (c.tls_state == Connection::Tls::kFirstBytes || c.tls_state == Connection::Tls::kHandshake) {
+    want = c.handshake_events;
+  }
   if (want == c.events) return;
   loop_.modify(c.fd.get(), want);
   c.events = want;
@@ -482,6 +458,7 @@ void StoreServer::close_connection(uint64_t conn_id, const std::string& reason, 
   } else {
     TDIST_LOG(kTrace) << "TCPStore server: connection from " << c.peer << " ended: " << reason;
   }
+  if (c.tls_state == Connection::Tls::kUp && !c.tls_ended) c.tls->shutdown();  // close_notify
   drop_waits(c);
   loop_.remove(c.fd.get());
   buffered_ -= c.accounted;

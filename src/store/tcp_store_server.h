@@ -1,12 +1,18 @@
 // StoreServer: the TCPStoreServer implementation (internal to src/store).
 //
 // One thread runs an EpollLoop; every connection, the key-value map and the parked
-// waits are touched only on that thread, so none of them needs a lock. Split in two
-// files by responsibility: tcp_store_server.cc accepts connections and moves bytes
-// (per-connection read buffer and write queue, EPOLLOUT only while output is pending);
-// tcp_store_commands.cc decodes requests, applies them to the map and answers or parks
-// them. A connection that breaks the protocol is closed with a warning naming the peer;
-// the others and the keys are unaffected.
+// waits are touched only on that thread, so none of them needs a lock. Split in three
+// files by responsibility: tcp_store_server.cc accepts connections and buffers their
+// bytes (per-connection read buffer and write queue, EPOLLOUT only while output is
+// pending); tcp_store_commands.cc decodes requests, applies them to the map and answers or
+// parks them; tcp_store_tls.cc moves a connection's bytes (in plain text, or through its
+// TLS session after the handshake it runs) and refuses connections with a notice. A
+// connection that breaks the protocol is closed with a warning naming the peer; the
+// others and the keys are unaffected.
+//
+// TLS: a session may hold decrypted bytes that epoll never reports, so a read loop does
+// not stop while it has some, and a connection whose reading resumes after a pause is
+// read at once (flush). A write that returned kAgain is retried from the same out_start.
 #pragma once
 
 #include <chrono>
@@ -24,6 +30,7 @@
 #include "net/epoll_loop.h"
 #include "net/fd.h"
 #include "net/socket.h"
+#include "net/tls.h"
 #include "store/tcp_store_protocol.h"
 #include "tdist/store.h"
 #include "tdist/tcp_store.h"
@@ -67,23 +74,47 @@ struct Connection {
   enum class Auth : uint8_t { kDone, kAwaitHello, kAwaitProof } auth = Auth::kDone;
   std::optional<net::auth::Responder> responder;
   std::chrono::steady_clock::time_point accepted_at{};
+  // TLS (a server with TLS): kFirstBytes until the client's first bytes show whether it
+  // speaks TLS, kHandshake until the handshake ended; nothing is parsed before kUp, and
+  // from then on every byte goes through `tls` (declared after fd: destroyed before it).
+  enum class Tls : uint8_t { kOff, kFirstBytes, kHandshake, kUp } tls_state = Tls::kOff;
+  std::unique_ptr<net::tls::Session> tls;
+  uint32_t handshake_events = 0;      // what the handshake waits for (EPOLLIN or EPOLLOUT)
+  bool tls_read_wants_write = false;  // Session::read said kWantWrite: read on EPOLLOUT
+  bool tls_write_wants_read = false;  // Session::write said kWantRead: flush on EPOLLIN
+  bool tls_ended = false;             // the session failed or was closed: no close_notify
+  bool first_bytes_checked = false;   // (a server without TLS) not a TLS client
+};
+
+// What one receive or send on a connection did (StoreServer::receive, send).
+struct ConnectionIo {
+  enum class Kind : uint8_t { kOk, kAgain, kClosed, kFailed } kind = Kind::kOk;
+  size_t bytes = 0;    // kOk: how many moved (> 0)
+  std::string error;   // kFailed: why
+  bool quiet = false;  // kFailed by the peer's reset: not worth a warning
 };
 
 class StoreServer final : public TCPStoreServer {
  public:
-  StoreServer(const std::string& host, uint16_t port, net::auth::Key key);
+  // `tls`: null = no TLS.
+  StoreServer(const std::string& host, uint16_t port, net::auth::Key key,
+              std::shared_ptr<const net::tls::Context> tls);
   ~StoreServer() override;
   uint16_t port() const override { return port_; }
   void stop() override;
 
  private:
-  // tcp_store_server.cc: connections and bytes.
+  // tcp_store_server.cc: connections and bytes (drop_one_connection, tell_refused,
+  // end_sending and refuse: tcp_store_tls.cc).
   void on_accept();
   // Out of descriptors: accepts one waiting client and closes it; false (and accepting
   // paused until a connection closes) when no descriptor could be freed for it.
   bool drop_one_connection();
   // Sends a connection that is about to be closed unserved the reason (a notice frame).
   static void tell_refused(int fd, const std::string& why);
+  // Ends this side's sending and drains a little unread input, so that the close does not
+  // turn into a reset that overtakes what was sent last.
+  static void end_sending(int fd);
   // Tells c why (a notice after its pending replies), logs it, and closes c.
   void refuse(Connection& c, const std::string& why);
   void on_events(uint64_t conn_id, uint32_t events);
@@ -95,6 +126,12 @@ class StoreServer final : public TCPStoreServer {
   void flush_dirty();
   void update_interest(Connection& c);
   void close_connection(uint64_t conn_id, const std::string& reason, bool warn);
+  // Whether c is through its TLS handshake and authentication (and may send requests).
+  static bool ready(const Connection& c) {
+    using Tls = Connection::Tls;
+    return c.auth == Connection::Auth::kDone &&
+           (c.tls_state == Tls::kOff || c.tls_state == Tls::kUp);
+  }
   // Closes the connections whose partial frame is older than frame_timeout_ (timer tick).
   void close_stalled_frames();
   void start_frame_timer();
@@ -104,6 +141,21 @@ class StoreServer final : public TCPStoreServer {
   void account(Connection& c);
   // Whether `bytes` more may be buffered: always for small amounts, else within the budget.
   bool fits_budget(size_t bytes) const;
+
+  // tcp_store_tls.cc: a connection's bytes, in plain text or through its TLS session.
+  ConnectionIo receive(Connection& c, void* data, size_t size);
+  // Retried after kAgain with the same bytes at its start (TLS's rule; flush does).
+  ConnectionIo send(Connection& c, const void* data, size_t size);
+  // Decrypted bytes wait in c's session: it must be read before waiting for EPOLLIN.
+  static bool has_pending(const Connection& c) { return c.tls && c.tls->has_pending(); }
+  // A TLS server: looks at c's first bytes, then runs its handshake. False when c was
+  // closed (a client without TLS is refused with a notice; a failed handshake is logged).
+  bool advance_tls(Connection& c);
+  // A server without TLS: true (after closing c, with a log line) when c's first bytes
+  // are a TLS handshake.
+  bool closed_tls_client(Connection& c);
+  // Sends what c has queued and the notice `why` through c's session, best effort (refuse()).
+  void tell_refused_tls(Connection& c, const std::string& why);
 
   // tcp_store_commands.cc: requests against the map.
   // Whether a request listing keys fits the buffer budget once decoded (a std::string per
@@ -132,7 +184,8 @@ class StoreServer final : public TCPStoreServer {
   void put(const std::string& key, Bytes value);
 
   store_wire::Limits limits_;
-  net::auth::Key key_;  // enabled(): every connection authenticates first
+  net::auth::Key key_;                            // enabled(): every connection authenticates first
+  std::shared_ptr<const net::tls::Context> tls_;  // non-null: every connection is TLS
   size_t max_connections_;
   size_t max_waits_per_connection_;  // parked GET/WAIT/MULTI_GET requests per connection
   size_t buffer_budget_;             // TDIST_STORE_MAX_BUFFER_BYTES

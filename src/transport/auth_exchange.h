@@ -1,5 +1,6 @@
 // The authentication of a transport connection (TCP socket, shared-memory setup socket)
-// before its hello: net/auth.h's challenge-response in fixed-size messages.
+// before its hello: net/auth.h's challenge-response in fixed-size messages, over a Link
+// (link.h: a plain socket, or the TLS session of a TCP connection with TLS).
 //
 //   initiator -> responder  A: magic "tdAU" u32 | version u16 | 0 u16 | nonce (16) | 0 (16)
 //   responder -> initiator  B: status u32 | challenge (48)         status 0, else a refusal
@@ -10,6 +11,10 @@
 // responder without a token that reads a hello's worth of it sees the magic and answers B
 // with kNoToken instead of waiting. A responder with a token that gets a hello instead of A
 // answers with a hello-sized refusal starting with kRefusedMagic (auth_refusal()).
+// TLS on one end only: the end that expects plain bytes and sees a TLS handshake, or the
+// TLS end that sees plain bytes, answers with a hello-sized refusal starting with
+// kTlsRefusedMagic and closes (a TLS peer then fails its handshake, a plain one reads the
+// magic where its hello reply or B would be).
 // Failures that retrying cannot cure throw AuthError. Thread-safe: plain state per socket.
 #pragma once
 
@@ -21,31 +26,46 @@
 
 #include "net/auth.h"
 #include "tdist/deadline.h"
+#include "transport/link.h"
 
 namespace tdist::transport {
 
-inline constexpr uint32_t kAuthMagic = 0x55416474;     // "tdAU"
-inline constexpr uint32_t kRefusedMagic = 0x4f4e6474;  // "tdNO"
+inline constexpr uint32_t kAuthMagic = 0x55416474;        // "tdAU"
+inline constexpr uint32_t kRefusedMagic = 0x4f4e6474;     // "tdNO"
+inline constexpr uint32_t kTlsRefusedMagic = 0x4c546474;  // "tdTL"
 inline constexpr size_t kAuthHelloBytes = 40;
 inline constexpr size_t kAuthChallengeBytes = 4 + net::auth::kChallengeBytes;
 inline constexpr size_t kAuthStatusBytes = 4;
 
 enum class AuthStatus : uint32_t { kOk = 0, kNoToken = 1, kWrongToken = 2 };
 
-// Whether `first4` (the first bytes a peer sent) is an auth hello / a refusal.
+// Whether `first4` (the first bytes a peer sent) is an auth hello / a refusal / a refusal
+// because one end uses TLS and the other does not.
 bool is_auth_hello(const uint8_t* first4);
 bool is_refusal(const uint8_t* first4);
+bool is_tls_refusal(const uint8_t* first4);
 
-// The initiator's side, blocking: proves this process knows `key` to the peer at `fd` and
-// checks that the peer does too. `what` names the peer ("rank 3") in errors.
-void authenticate_initiator(int fd, const net::auth::Key& key, std::string_view context,
+// The initiator's side, blocking: proves this process knows `key` to the peer at `link`
+// and checks that the peer does too. `what` names the peer ("rank 3") in errors.
+void authenticate_initiator(Link& link, const net::auth::Key& key, std::string_view context,
                             Deadline deadline, const std::string& what);
+inline void authenticate_initiator(int fd, const net::auth::Key& key, std::string_view context,
+                                   Deadline deadline, const std::string& what) {
+  Link link(fd);
+  authenticate_initiator(link, key, context, deadline, what);
+}
 
 // Tells an initiator that has a token that this process has none (B with kNoToken), or an
-// initiator without one that this process requires one (`hello_bytes` of refusal). Best
-// effort and non-blocking; then drains a little unread input so the close is no reset.
-void refuse_no_token(int fd);
-void refuse_unauthenticated(int fd, size_t hello_bytes);
+// initiator without one that this process requires one (`hello_bytes` of refusal), or a
+// peer whose use of TLS differs from this process's (`hello_bytes` of kTlsRefusedMagic,
+// always in plain bytes). Best effort and non-blocking; then closes this side gently.
+void refuse_no_token(Link& link);
+void refuse_unauthenticated(Link& link, size_t hello_bytes);
+void refuse_tls_mismatch(int fd, size_t hello_bytes);
+inline void refuse_no_token(int fd) {
+  Link link(fd);
+  refuse_no_token(link);
+}
 
 // The responder's side for a non-blocking acceptor: reads only as far as the exchange goes
 // (the hello that follows stays in the socket).
@@ -57,8 +77,13 @@ class AuthResponder {
   AuthResponder(const net::auth::Key& key, std::string_view context, size_t hello_bytes)
       : key_(&key), context_(context), hello_bytes_(hello_bytes) {}
   // Reads what there is and answers; kRefused: close the socket (why() says why, the peer
-  // was told).
-  State progress(int fd, Deadline deadline);
+  // was told). kMore through TLS: poll for what link.recv_some last wanted (wants_write()).
+  State progress(Link& link, Deadline deadline);
+  State progress(int fd, Deadline deadline) {
+    Link link(fd);
+    return progress(link, deadline);
+  }
+  bool wants_write() const { return wants_write_; }
   const std::string& why() const { return why_; }
 
  private:
@@ -69,6 +94,7 @@ class AuthResponder {
   size_t got_ = 0;
   std::optional<net::auth::Responder> responder_;  // after A
   std::string why_;
+  bool wants_write_ = false;
 };
 
 }  // namespace tdist::transport

@@ -1,7 +1,8 @@
 // The Comm factories the conformance suite (comm_conformance_*_test.cc) runs against:
 // one named entry per way of building a Comm. Every case of the suite runs once per
 // entry, named by it (e.g. comm_conformance_test.Transports/CommConformanceTest.X/shm).
-// To add a transport, add one entry to comm_factories(). Test-only.
+// To add a transport, add one entry to comm_factories(). Test-only; a binary that includes
+// it links OpenSSL::SSL and OpenSSL::Crypto (the tcp_tls entry's test certificates).
 #pragma once
 
 #include <chrono>
@@ -13,6 +14,8 @@
 #include <vector>
 
 #include "comm_test_util.h"
+#include "net/tls.h"
+#include "support/test_certs.h"
 #include "tdist/store.h"
 #include "transport/comm.h"
 #include "transport/connect.h"
@@ -46,13 +49,33 @@ struct CommFactory {
 
 inline void PrintTo(const CommFactory& f, std::ostream* os) { *os << f.name; }
 
+// The TLS context of the tcp_tls entry: a certificate of a test CA, made once per process
+// (comm_factories() makes it before any case forks ranks, so they all share the CA); the
+// files are removed at exit.
+inline const std::shared_ptr<const net::tls::Context>& test_tls_context() {
+  static tdist::testing::TestPki pki;
+  static const std::shared_ptr<const net::tls::Context> context =
+      net::tls::Context::get(pki.config("member"));
+  return context;
+}
+
 // Every transport of the suite.
 inline const std::vector<CommFactory>& comm_factories() {
+  test_tls_context();
   static const std::vector<CommFactory> factories = {
       {"tcp",
        [](std::shared_ptr<Store> store, int rank, int size, const CommTestOptions& o) {
          TcpCommOptions options;
          options.timeout = o.setup_timeout;
+         options.tls = nullptr;
+         return connect_tcp_comm(std::move(store), rank, size, options);
+       }},
+      // TCP with mutual TLS (tls_channel.h).
+      {"tcp_tls",
+       [](std::shared_ptr<Store> store, int rank, int size, const CommTestOptions& o) {
+         TcpCommOptions options;
+         options.timeout = o.setup_timeout;
+         options.tls = test_tls_context();
          return connect_tcp_comm(std::move(store), rank, size, options);
        }},
       {"shm",

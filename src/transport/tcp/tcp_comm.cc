@@ -8,6 +8,7 @@
 #include "transport/tcp/channel.h"
 #include "transport/tcp/interface.h"
 #include "transport/tcp/mesh.h"
+#include "transport/tcp/tls_channel.h"
 
 namespace tdist::transport {
 namespace {
@@ -25,13 +26,21 @@ class TcpKind final : public ChannelKind {
                        Deadline deadline) const override {
     const size_t nsocks = static_cast<size_t>(
         std::clamp<int>(options_.nsocks_per_peer, 1, static_cast<int>(kMaxSocketsPerPeer)));
-    auto sockets = tcp::build_mesh(store, rank, size, peers, first, ip_, nsocks, deadline);
+    auto sockets =
+        tcp::build_mesh(store, rank, size, peers, first, ip_, nsocks, options_.tls, deadline);
     ChannelTable table(static_cast<size_t>(size));
     for (int peer = 0; peer < size; ++peer) {
       if (!peers[peer]) continue;
-      for (net::Fd& fd : sockets[peer].fds) {
-        table[peer].push_back(std::make_unique<tcp::TcpChannel>(
-            std::move(fd), sockets[peer].address, options_.socket_buffer_bytes));
+      tcp::PeerSocket& s = sockets[peer];
+      for (size_t lane = 0; lane < s.fds.size(); ++lane) {
+        if (s.sessions[lane]) {
+          table[peer].push_back(
+              std::make_unique<tcp::TlsChannel>(std::move(s.fds[lane]), std::move(s.sessions[lane]),
+                                                s.address, options_.socket_buffer_bytes));
+        } else {
+          table[peer].push_back(std::make_unique<tcp::TcpChannel>(std::move(s.fds[lane]), s.address,
+                                                                  options_.socket_buffer_bytes));
+        }
       }
     }
     return table;

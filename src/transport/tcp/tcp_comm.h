@@ -2,17 +2,21 @@
 //
 // Setup picks the local address (interface.h) and builds the connections through the
 // store (mesh.h): `nsocks_per_peer` non-blocking sockets per peer, over which the core
-// stripes whole messages (core/peer.h). connect_tcp_comm() returns a Comm whose every
-// peer is reached over TCP (the `tcp` backend); make_tcp_kind() is the kind the `auto`
-// backend uses for peers that no better kind reaches (connect.h).
+// stripes whole messages (core/peer.h). With `tls` (by default from TDIST_TLS_CERT/KEY/CA,
+// net/tls.h), every connection is mutual TLS from its first byte (tls_channel.h); every
+// rank must then use TLS, with certificates of the same CA. connect_tcp_comm() returns a
+// Comm whose every peer is reached over TCP (the `tcp` backend); make_tcp_kind() is the
+// kind the `auto` backend uses for peers that no better kind reaches (connect.h).
 //
 // Ownership: the caller owns the Comm (destroying it says goodbye to every peer and closes
 // the sockets; pending requests fail with PeerError). The store is used only during
 // setup. Thread-safety: as comm.h.
-// Failure: EOF without goodbye, a reset or a write error on any socket aborts the Comm
-// with PeerError "rank R: connection to rank P (tcp host:port) lost: ..."; aborting (for
-// any reason) sends every peer an abort notice and shuts all sockets down, so the peers
-// abort too within milliseconds of waiting on them. A length mismatch fails only that
+// Failure: a refused certificate, or TLS on some ranks only, fails the setup at once with
+// AuthError (on the rank that connects; the other one waits, as for a refused token).
+// EOF without goodbye, a reset or a write error on any socket aborts the Comm with
+// PeerError "rank R: connection to rank P (tcp host:port) lost: ..."; aborting (for any
+// reason) sends every peer an abort notice and shuts all sockets down, so the peers abort
+// too within milliseconds of waiting on them. A length mismatch fails only that
 // receive with DesyncError (the payload is read and dropped; the stream stays usable).
 #pragma once
 
@@ -21,6 +25,7 @@
 #include <memory>
 #include <string>
 
+#include "net/tls.h"
 #include "tdist/settings.h"
 #include "tdist/store.h"
 #include "transport/comm.h"
@@ -38,12 +43,15 @@ struct TcpCommOptions {
   // TCP connections per pair of ranks (clamped to 1..8); consecutive messages to a peer
   // alternate between them (see peer.h). Every rank must use the same value.
   int nsocks_per_peer = static_cast<int>(setting_int("TDIST_SOCKET_NSOCKS_PERPEER"));
+  // Mutual TLS for every connection (the same on every rank); null = plain TCP.
+  std::shared_ptr<const net::tls::Context> tls = net::tls::Context::from_settings();
 };
 
 // Connects rank `rank` of `size` to every other rank through `store` (namespaced per
 // group by the caller). Blocks until the mesh is complete. Throws InvalidArgument for a
 // bad rank/size, Error for a TDIST_SOCKET_IFNAME matching no interface, TimeoutError
-// when some rank did not connect in time, PeerError when the store fails.
+// when some rank did not connect in time, PeerError when the store fails, AuthError as
+// above.
 std::unique_ptr<Comm> connect_tcp_comm(std::shared_ptr<Store> store, int rank, int size,
                                        const TcpCommOptions& options = {});
 

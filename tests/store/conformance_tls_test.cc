@@ -1,0 +1,55 @@
+// Runs the Store conformance suite against TCPStore over mutual TLS: create() starts a
+// server inside the returned client (is_server, TlsFiles of a test CA), connect() opens
+// another TLS client to it, from this process, its threads or a forked child.
+#include <cstdint>
+#include <memory>
+
+#include "store/conformance.h"
+#include "support/test_certs.h"
+#include "tdist/tcp_store.h"
+
+namespace tdist_test {
+namespace {
+
+using tdist::Store;
+using tdist::TCPStore;
+using tdist::TCPStoreOptions;
+
+// One CA and certificate for the whole binary (removed at exit).
+tdist::TlsFiles tls_files() {
+  static tdist::testing::TestPki pki;
+  static const tdist::net::tls::Config config = pki.config("member");
+  return {config.cert, config.key, config.ca};
+}
+
+TCPStoreOptions tls_options(uint16_t port) {
+  TCPStoreOptions o;
+  o.port = port;
+  o.connect_timeout = std::chrono::seconds(10);
+  o.tls = tls_files();
+  o.auth_token = "";
+  return o;
+}
+
+StoreFactory tls_factory() {
+  auto port = std::make_shared<uint16_t>(0);
+  auto create = [port]() -> std::shared_ptr<Store> {
+    TCPStoreOptions o = tls_options(0);
+    o.is_server = true;
+    auto server = std::make_shared<TCPStore>("127.0.0.1", o);
+    *port = server->port();
+    return server;
+  };
+  auto connect = [port]() -> std::shared_ptr<Store> {
+    return std::make_shared<TCPStore>("127.0.0.1", tls_options(*port));
+  };
+  return {"TLS", create, connect, nullptr};
+}
+
+INSTANTIATE_TEST_SUITE_P(TLS, StoreConformance, ::testing::Values(tls_factory()),
+                         StoreFactoryName());
+INSTANTIATE_TEST_SUITE_P(TLS, StoreCrossProcess, ::testing::Values(tls_factory()),
+                         StoreFactoryName());
+
+}  // namespace
+}  // namespace tdist_test
