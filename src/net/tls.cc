@@ -31,7 +31,8 @@ int bio_write(BIO* bio, const char* data, int size) {
   auto* state = static_cast<BioState*>(BIO_get_data(bio));
   BIO_clear_retry_flags(bio);
   while (true) {
-    const ssize_t n = ::send(state->fd, data, static_cast<size_t>(size), MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t n =
+        ::send(state->fd, data, static_cast<size_t>(size), MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n >= 0) return static_cast<int>(n);
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -170,8 +171,7 @@ Context::~Context() { SSL_CTX_free(ctx_); }
 
 std::shared_ptr<const Context> Context::get(const Config& config) {
   static std::mutex mutex;
-  static std::map<std::tuple<std::string, std::string, std::string>,
-                  std::shared_ptr<const Context>>
+  static std::map<std::tuple<std::string, std::string, std::string>, std::shared_ptr<const Context>>
       loaded;
   std::lock_guard<std::mutex> lock(mutex);
   auto& slot = loaded[{config.cert, config.key, config.ca}];
@@ -317,8 +317,8 @@ void handshake(Session& session, Deadline deadline, const std::string& what) {
       continue;
     }
     if (session.rejected()) {
-      TDIST_THROW(AuthError, what, ": TLS handshake refused: ", session.error(), " (",
-                  kTlsHint, ")");
+      TDIST_THROW(AuthError, what, ": TLS handshake refused: ", session.error(), " (", kTlsHint,
+                  ")");
     }
     TDIST_THROW(PeerError, what, ": TLS handshake failed: ", session.error());
   }
@@ -336,8 +336,9 @@ void read_full(Session& session, void* data, size_t size, Deadline deadline,
                io.status == Session::Status::kWantWrite) {
       wait_socket(session.fd(), io.status, deadline, what, "reading");
     } else if (session.rejected()) {
-      TDIST_THROW(AuthError, what, ": TLS: this process's certificate was refused: ",
-                  session.error(), " (", kTlsHint, ")");
+      TDIST_THROW(AuthError, what,
+                  ": TLS: this process's certificate was refused: ", session.error(), " (",
+                  kTlsHint, ")");
     } else {
       TDIST_THROW(PeerError, what, ": ", session.error());
     }

@@ -51,9 +51,8 @@ Deadline soon() { return Deadline::after(std::chrono::seconds(10)); }
 
 // Handshakes client (a) and server (b) concurrently; returns each side's error ("" = ok).
 std::pair<std::string, std::string> handshake_both(Session& client, Session& server) {
-  auto other = std::async(std::launch::async, [&] {
-    return outcome([&] { handshake(server, soon(), "client"); });
-  });
+  auto other = std::async(std::launch::async,
+                          [&] { return outcome([&] { handshake(server, soon(), "client"); }); });
   std::string mine = outcome([&] { handshake(client, soon(), "server"); });
   std::string theirs = other.get();
   // TLS 1.3: the client learns that the server refused its certificate on its first read.
@@ -150,8 +149,7 @@ TEST(Tls, APeerThatClosesIsAPeerErrorNotASignal) {
   server.shutdown();
   p.b.reset();
   uint8_t byte = 0;
-  EXPECT_NE(outcome([&] { read_full(client, &byte, 1, soon(), "server"); })
-                .find("PeerError"),
+  EXPECT_NE(outcome([&] { read_full(client, &byte, 1, soon(), "server"); }).find("PeerError"),
             std::string::npos);
   std::vector<uint8_t> big(1 << 20);
   EXPECT_NE(outcome([&] {
