@@ -36,7 +36,7 @@ if command -v ccache >/dev/null; then san_cmake+=(-DCMAKE_CXX_COMPILER_LAUNCHER=
 if [ "${TDIST_SKIP_CLANG:-0}" != 1 ]; then
   stage "clang ASan+UBSan build (warnings are errors)"
   CXX=clang++ CC=clang cmake -S . -B build-clang "${san_cmake[@]}" \
-    -DTDIST_SANITIZE=address,undefined -DTDIST_FUZZ=ON >/dev/null
+    -DTDIST_SANITIZE=address,undefined -DTDIST_FUZZ=ON -DTDIST_FUZZ_SECONDS=10 >/dev/null
   cmake --build build-clang -j"$(nproc)" \
     --target tests_core tests_store tests_collectives tests_pg fuzzers >/dev/null
   stage "ASan+UBSan tests: core, store, collectives, pg; fuzz targets"

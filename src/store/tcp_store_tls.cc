@@ -169,9 +169,15 @@ bool StoreServer::advance_tls(Connection& c) {
 }
 
 bool StoreServer::closed_tls_client(Connection& c) {
-  if (c.in.size() < 3) return false;
+  // A frame's length can begin like a TLS record (16 03 01..04); its version byte then
+  // tells them apart (a ClientHello has the low byte of its record's length there, which
+  // matches the version 1 time in 256: that client is served as plain, and times out).
+  if (c.in.size() < store_wire::kLengthBytes + 1) return false;
   c.first_bytes_checked = true;
-  if (!net::tls::looks_like_tls(c.in.data())) return false;
+  if (!net::tls::looks_like_tls(c.in.data()) ||
+      c.in[store_wire::kLengthBytes] == store_wire::kVersion) {
+    return false;
+  }
   end_sending(c.fd.get());
   close_connection(
       c.id,

@@ -297,6 +297,21 @@ TEST(TCPStoreTlsMismatch, ATlsClientAgainstAServerWithoutTlsIsRefused) {
   EXPECT_EQ(to_string(plain->get("k", Deadline::after(kShort))), "v");
 }
 
+// A plain frame whose 32-bit length begins 16 03 01 (66,326 bytes and a few others) starts
+// like a TLS record; its version byte tells the server it is not one.
+TEST(TCPStoreTlsMismatch, APlainFirstFrameThatBeginsLikeTlsIsServed) {
+  auto server = server_with(TlsFiles{});
+  constexpr size_t kTlsLikeLength = 0x00010316;
+  // Fresh clients, whose first frame is the SET: one of these sizes makes its length exactly
+  // kTlsLikeLength, whatever the key's and the value's framing cost.
+  for (size_t value = kTlsLikeLength - 64; value <= kTlsLikeLength; ++value) {
+    auto plain = client_with(server->port(), TlsFiles{});
+    const std::string v(value, 'x');
+    plain->set("k", std::string_view(v));
+    ASSERT_EQ(to_string(plain->get("k", Deadline::after(kShort))).size(), value);
+  }
+}
+
 TEST(TCPStoreTlsSettings, TlsFilesMustBeAllOrNothingAndLoadable) {
   TestPki pki;
   const net::tls::Config a = pki.config("a");

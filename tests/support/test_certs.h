@@ -7,6 +7,7 @@
 //                                     // another CA, so the job refuses it
 //   pki.expired("old")                // signed by the job's CA, but no longer valid
 // Link the test with OpenSSL::Crypto. Throws std::runtime_error when libcrypto fails.
+// Thread-safe: threads of a test may each issue their own certificate.
 #pragma once
 
 #include <openssl/evp.h>
@@ -19,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -67,6 +69,7 @@ class TestPki {
   }
 
   net::tls::Config issue(const std::string& name, const Pair& ca, int days) {
+    std::lock_guard<std::mutex> lock(mutex_);  // serial_, and one writer per file
     Pair p = make(name, ca.key, ca.cert, days);
     EVP_PKEY_free(p.key);
     X509_free(p.cert);
@@ -127,6 +130,7 @@ class TestPki {
   std::string dir_;
   Pair ca_;
   Pair other_ca_;
+  std::mutex mutex_;
   long serial_ = 0;
 };
 
