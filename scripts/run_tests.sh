@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Sets everything up and runs every test: installs missing Debian packages (and PyPI's
-# torch); builds everything with clang under ASan+UBSan (build-clang/, warnings are errors,
-# with the libFuzzer targets) and runs the core, store, collectives and pg suites and the
-# fuzz targets there (ctest labels); builds with g++ and runs the whole suite under CTest;
-# then builds the LibTorch part again against PyPI's LibTorch 2.x (build-torch2/, only what
-# those checks need) and runs the LibTorch tests there (ctest label `torch`: tests/torch,
-# the main job on a subset, the install test); the Python package (tdist as a
-# torch.distributed backend) is installed and its pytest suite runs on both PyTorches
-# (scripts/test_python.sh); last, a TSan build (build-tsan/, only those suites) runs the
-# store, transport and pg suites. Each stage prints how long the run has taken so far.
+# torch); builds with clang under ASan+UBSan (build-clang/, warnings are errors, only the
+# core, store, collectives and pg suites and the libFuzzer targets) and runs them there, each
+# fuzz target 10 s (ctest labels); builds everything with g++ and runs the whole suite
+# under CTest; then builds the LibTorch part again against PyPI's LibTorch 2.x
+# (build-torch2/, only what those checks need; ccache hands it build/'s other objects) and
+# runs the LibTorch tests there (ctest label `torch`: tests/torch, the main job on a subset,
+# the install test); the Python package (tdist as a torch.distributed backend) is installed
+# and its pytest suite runs on both PyTorches (scripts/test_python.sh); last, a TSan build
+# (build-tsan/, only those suites) runs the store, transport and pg suites. Each stage
+# prints how long the run has taken so far.
 # Usage: bash scripts/run_tests.sh   (TDIST_SKIP_CLANG=1, TDIST_SKIP_TORCH2=1,
 #        TDIST_SKIP_TSAN=1 leave those out)
 set -euo pipefail
