@@ -1,7 +1,9 @@
-// Whole-buffer reads and writes on non-blocking sockets, bounded by a deadline.
+// Whole-buffer reads and writes on non-blocking sockets, bounded by a deadline; the end of
+// sending.
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "net/socket.h"
@@ -63,6 +65,17 @@ void write_full(int fd, const void* data, size_t size, Deadline deadline, std::s
       TDIST_THROW(TimeoutError, "timed out writing to ", peer, " (", done, " of ", size,
                   " bytes sent)");
     }
+  }
+}
+
+void end_sending(int fd, size_t max_drain_bytes) {
+  ::shutdown(fd, SHUT_WR);
+  char sink[16 * 1024];
+  while (max_drain_bytes > 0) {
+    const ssize_t n = ::recv(fd, sink, std::min(sizeof(sink), max_drain_bytes), MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    max_drain_bytes -= static_cast<size_t>(n);
   }
 }
 

@@ -50,6 +50,11 @@ void set_nodelay(int fd);
 // Waits until fd is ready for `events` (POLLIN/POLLOUT); false when the deadline passed.
 bool wait_fd(int fd, short events, Deadline deadline);
 
+// Ends this side's sending (shutdown SHUT_WR) and discards up to `max_drain_bytes` of what
+// the peer sent that is already here, without blocking: unread input would turn a later
+// close into a reset that can overtake what was sent last.
+void end_sending(int fd, size_t max_drain_bytes = SIZE_MAX);
+
 // Reads exactly `size` bytes. Throws PeerError (peer closed or I/O error, naming `peer`)
 // or TimeoutError (deadline passed; some bytes may have been consumed).
 void read_full(int fd, void* data, size_t size, Deadline deadline, std::string_view peer);

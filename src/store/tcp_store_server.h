@@ -104,17 +104,14 @@ class StoreServer final : public TCPStoreServer {
   void stop() override;
 
  private:
-  // tcp_store_server.cc: connections and bytes (drop_one_connection, tell_refused,
-  // end_sending and refuse: tcp_store_tls.cc).
+  // tcp_store_server.cc: connections and bytes (drop_one_connection, tell_refused and
+  // refuse: tcp_store_tls.cc).
   void on_accept();
   // Out of descriptors: accepts one waiting client and closes it; false (and accepting
   // paused until a connection closes) when no descriptor could be freed for it.
   bool drop_one_connection();
   // Sends a connection that is about to be closed unserved the reason (a notice frame).
   static void tell_refused(int fd, const std::string& why);
-  // Ends this side's sending and drains a little unread input, so that the close does not
-  // turn into a reset that overtakes what was sent last.
-  static void end_sending(int fd);
   // Tells c why (a notice after its pending replies), logs it, and closes c.
   void refuse(Connection& c, const std::string& why);
   void on_events(uint64_t conn_id, uint32_t events);

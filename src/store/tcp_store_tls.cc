@@ -20,6 +20,7 @@
 
 #include <cerrno>
 
+#include "net/socket.h"
 #include "store/tcp_store_server.h"
 #include "tdist/error.h"
 #include "tdist/logging.h"
@@ -40,6 +41,9 @@ std::shared_ptr<const net::tls::Context> tls_context(const std::optional<TlsFile
 }
 
 namespace {
+
+// Unread input drained before a refused or failed connection is closed (net::end_sending).
+constexpr size_t kDrainBytes = 64 * 1024;
 
 // A session call's outcome as a connection's.
 ConnectionIo from_session(const net::tls::Session& session, net::tls::Session::Io r) {
@@ -163,7 +167,8 @@ bool StoreServer::advance_tls(Connection& c) {
   }
   const std::string why = detail::str_cat(
       c.tls->rejected() ? "TLS handshake refused: " : "TLS handshake failed: ", c.tls->error());
-  end_sending(c.fd.get());  // the session's alert, if any, is not overtaken by a reset
+  // The session's alert, if any, is not overtaken by a reset.
+  net::end_sending(c.fd.get(), kDrainBytes);
   close_connection(c.id, why, /*warn=*/true);
   return false;
 }
@@ -178,7 +183,7 @@ bool StoreServer::closed_tls_client(Connection& c) {
       c.in[store_wire::kLengthBytes] == store_wire::kVersion) {
     return false;
   }
-  end_sending(c.fd.get());
+  net::end_sending(c.fd.get(), kDrainBytes);
   close_connection(
       c.id,
       detail::str_cat("the client speaks TLS, and this store does not (", net::tls::kTlsHint, ")"),
@@ -231,15 +236,7 @@ void StoreServer::tell_refused(int fd, const std::string& why) {
       .bytes(std::string_view(why))
       .finish();
   (void)!::send(fd, notice.data(), notice.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-  end_sending(fd);
-}
-
-void StoreServer::end_sending(int fd) {
-  ::shutdown(fd, SHUT_WR);
-  // Unread input would turn the close into a reset that can overtake the notice.
-  uint8_t drain[4096];
-  for (int i = 0; i < 16 && ::recv(fd, drain, sizeof(drain), MSG_DONTWAIT) > 0; ++i) {
-  }
+  net::end_sending(fd, kDrainBytes);
 }
 
 void StoreServer::refuse(Connection& c, const std::string& why) {
@@ -272,7 +269,7 @@ void StoreServer::tell_refused_tls(Connection& c, const std::string& why) {
   c.tls->shutdown();
   c.tls_ended = true;
   ::shutdown(c.fd.get(), SHUT_WR);
-  uint8_t drain[4096];  // as end_sending, through the session
+  uint8_t drain[4096];  // as net::end_sending, through the session
   for (int i = 0; i < 16 && c.tls->read(drain, sizeof(drain)).status == Status::kOk; ++i) {
   }
 }

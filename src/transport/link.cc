@@ -61,10 +61,7 @@ void Link::write_full(const void* data, size_t size, Deadline deadline, std::str
 
 void Link::close_gently() {
   if (session_ != nullptr) session_->shutdown();
-  ::shutdown(fd_, SHUT_WR);
-  uint8_t drain[256];
-  for (int i = 0; i < 4 && ::recv(fd_, drain, sizeof(drain), MSG_DONTWAIT) > 0; ++i) {
-  }
+  net::end_sending(fd_, 1024);
 }
 
 }  // namespace tdist::transport

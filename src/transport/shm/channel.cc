@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "net/socket.h"
 #include "tdist/error.h"
 #include "transport/shm/single_copy.h"
 
@@ -198,11 +199,8 @@ void ShmChannel::wake_peer() {
 void ShmChannel::close(Deadline) {
   MutexLock lock(sock_mu_);
   if (shut_) return;
-  ::shutdown(link_.socket.get(), SHUT_WR);
-  // Read what the peer sent (wake bytes), so that closing does not make its reads fail.
-  char sink[4096];
-  while (::recv(link_.socket.get(), sink, sizeof(sink), MSG_DONTWAIT) > 0) {
-  }
+  // What the peer sent (wake bytes) is dropped, so that closing does not make its reads fail.
+  net::end_sending(link_.socket.get());
   shut_ = true;
 }
 

@@ -84,14 +84,9 @@ void TcpChannel::on_poll(short revents) {
 }
 
 void TcpChannel::close(Deadline) {
-  ::shutdown(fd_.get(), SHUT_WR);
-  // Read what is left (usually the peer's own goodbye), so that close() sends FIN, not RST.
-  char sink[16 * 1024];
-  while (true) {
-    const ssize_t n = ::recv(fd_.get(), sink, sizeof(sink), MSG_DONTWAIT);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-  }
+  // What is left to read (usually the peer's own goodbye) is dropped, so that close()
+  // sends FIN, not RST.
+  net::end_sending(fd_.get());
 }
 
 void TcpChannel::shut_down() { ::shutdown(fd_.get(), SHUT_RDWR); }

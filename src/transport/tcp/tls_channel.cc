@@ -195,14 +195,9 @@ void TlsChannel::close(Deadline deadline) {
     pollfd p{fd_.get(), static_cast<short>(status == Status::kWantWrite ? POLLOUT : POLLIN), 0};
     (void)::poll(&p, 1, deadline.poll_timeout_ms());
   }
-  ::shutdown(fd_.get(), SHUT_WR);
-  // Read what is left (usually the peer's own goodbye), so that close() sends FIN, not RST.
-  char sink[16 * 1024];
-  while (true) {
-    const ssize_t n = ::recv(fd_.get(), sink, sizeof(sink), MSG_DONTWAIT);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-  }
+  // What is left to read (usually the peer's own goodbye) is dropped, so that close()
+  // sends FIN, not RST.
+  net::end_sending(fd_.get());
 }
 
 void TlsChannel::shut_down() { ::shutdown(fd_.get(), SHUT_RDWR); }
