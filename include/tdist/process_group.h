@@ -35,6 +35,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -116,6 +117,20 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
                       std::span<const size_t> recv_counts, DType dtype);
 
   WorkPtr barrier();
+
+  // torch.distributed.monitored_barrier: a blocking barrier that says which ranks did not
+  // arrive. It runs through store(), not the backend's collectives, so it works on every
+  // backend and takes no sequence number; its calls have their own count per group, and
+  // every rank must make the same calls. Each rank announces its arrival; rank 0 waits
+  // for the others until `timeout` (default timeout()) and publishes the outcome, which
+  // the others wait for (`timeout` plus 1 s) and share. When ranks are missing at rank
+  // 0's deadline, every rank that took part, and a missing one that arrives later,
+  // throws TimeoutError naming the lowest missing rank (all of them with
+  // wait_all_ranks), e.g. "monitored_barrier #3 (group of 4, tcp): rank 2 did not arrive
+  // within 500 ms"; when rank 0 does not answer, the others throw TimeoutError naming
+  // rank 0. A group of one returns at once. InvalidArgument for a negative timeout.
+  void monitored_barrier(std::optional<std::chrono::milliseconds> timeout = std::nullopt,
+                         bool wait_all_ranks = false);
 
   // ---- point-to-point (matched by peer and tag; not ordered with collectives) ----
   // Checked as collectives are, but not numbered. On the built-in backends a send of
@@ -207,6 +222,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   WorkPtr numbered(Call&& call) TDIST_EXCLUDES(issue_mu_);
   Mutex issue_mu_;
   std::atomic<uint64_t> next_seq_{0};
+  // Numbers monitored_barrier calls (apart from the collectives' next_seq_).
+  std::atomic<uint64_t> monitored_barriers_{0};
 };
 
 }  // namespace tdist

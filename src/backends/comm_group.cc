@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <utility>
 
 #include "backends/error_context.h"
@@ -20,7 +21,51 @@ namespace {
 // much later, which the compute it overlaps with (DDP's backward) hides.
 constexpr std::chrono::microseconds kClaimDelay(200);
 
+// The group's store key where a rank that found a desync leaves its text, so that a peer
+// whose connection broke before the abort notice arrived reports the desync too.
+constexpr const char* kDesyncKey = "desync";
+// How long a rank whose operation failed with PeerError looks for that text. The rank that
+// found the desync writes it before it aborts, or (when its transport aborted by itself)
+// right after.
+constexpr auto kDesyncLookup = std::chrono::milliseconds(250);
+
+template <typename E>
+bool is(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const E&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+std::string what_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
+Bytes to_bytes(const std::string& text) { return Bytes(text.begin(), text.end()); }
+
 size_t bytes_of(size_t count, DType dtype) { return count * dtype_size(dtype); }
+
+core::OpFingerprint fingerprint(core::OpKind kind, DType dtype = DType::kU8, uint64_t count = 0,
+                                std::optional<ReduceOp> op = {},
+                                int root = core::OpFingerprint::kNoRoot) {
+  core::OpFingerprint fp;
+  fp.kind = kind;
+  fp.dtype = dtype;
+  fp.count = count;
+  fp.has_reduce = op.has_value();
+  if (op) fp.reduce = op->kind;
+  fp.root = root;
+  return fp;
+}
 
 size_t total(std::span<const size_t> counts) {
   return std::accumulate(counts.begin(), counts.end(), size_t{0});
@@ -71,70 +116,99 @@ std::shared_ptr<ProcessGroup> CommProcessGroup::make_subgroup(std::shared_ptr<St
 }
 
 template <typename Run>
-WorkPtr CommProcessGroup::enqueue(uint64_t seq, const char* op, Run run) {
+WorkPtr CommProcessGroup::enqueue(uint64_t seq, const core::OpFingerprint& fp, Run run) {
   // One block from this thread's cache: the Work holds the operation (a std::function
   // over a reference stores it in place).
-  auto call = [this, run = std::move(run)](uint64_t n, Work& work) {
-    execute(n, work, std::cref(run));
+  auto call = [this, fp, run = std::move(run)](uint64_t n, Work& work) {
+    execute(n, fp, work, std::cref(run));
   };
   using Call = QueuedCall<decltype(call)>;
-  auto work = std::allocate_shared<Call>(core::CachingAllocator<Call>(), op, weak_from_this(), ops_,
-                                         std::move(call));
+  auto work =
+      std::allocate_shared<Call>(core::CachingAllocator<Call>(), core::op_kind_name(fp.kind),
+                                 weak_from_this(), ops_, std::move(call));
   ops_.push(seq, work);
   return work;
 }
 
-void CommProcessGroup::execute(uint64_t seq, Work& work,
+void CommProcessGroup::execute(uint64_t seq, const core::OpFingerprint& fp, Work& work,
                                const std::function<void(const coll::Ctx&)>& run) {
   auto where = [&] { return describe(rank(), size(), backend_, work.op(), seq); };
   if (std::exception_ptr failed = comm_->error()) {
+    if (std::exception_ptr settled = failure()) failed = settled;
     work.finish(add_context(failed, where() + ": the group was aborted earlier: "));
     return;
   }
   try {
+    comm_->begin_collective(seq, fp);
     coll::Ctx ctx{*comm_, seq, core::coarse_deadline_after(timeout()), settings_};
     run(ctx);
     work.finish();
   } catch (...) {
-    std::exception_ptr error = add_context(std::current_exception(), where() + ": ");
+    std::exception_ptr error = settle(add_context(std::current_exception(), where() + ": "));
     comm_->abort(error);
     work.finish(error);
   }
 }
 
+std::exception_ptr CommProcessGroup::settle(std::exception_ptr error) {
+  if (is<DesyncError>(error)) {
+    try {
+      store()->set(kDesyncKey, to_bytes(what_of(error)));
+    } catch (const std::exception&) {  // best effort: the peers may say PeerError then
+    }
+  } else if (is<PeerError>(error)) {
+    try {
+      store()->wait({kDesyncKey}, Deadline::after(kDesyncLookup));
+      const Bytes text = store()->get(kDesyncKey);
+      error = std::make_exception_ptr(
+          DesyncError(what_of(error) + "; because " + std::string(text.begin(), text.end())));
+    } catch (const std::exception&) {  // no desync was found: the PeerError it is
+    }
+  }
+  MutexLock lock(failure_mu_);
+  if (!failure_) failure_ = error;
+  return error;
+}
+
+std::exception_ptr CommProcessGroup::failure() const {
+  MutexLock lock(failure_mu_);
+  return failure_;
+}
+
 WorkPtr CommProcessGroup::do_all_reduce(uint64_t seq, const void* send, void* recv, size_t count,
                                         DType dtype, ReduceOp op) {
-  return enqueue(seq, "all_reduce", [=](const coll::Ctx& ctx) {
-    coll::all_reduce(ctx, send, recv, count, dtype, op);
-  });
+  return enqueue(
+      seq, fingerprint(core::OpKind::kAllReduce, dtype, count, op),
+      [=](const coll::Ctx& ctx) { coll::all_reduce(ctx, send, recv, count, dtype, op); });
 }
 
 WorkPtr CommProcessGroup::do_broadcast(uint64_t seq, void* data, size_t count, DType dtype,
                                        int root) {
   const size_t bytes = bytes_of(count, dtype);
-  return enqueue(seq, "broadcast",
+  return enqueue(seq, fingerprint(core::OpKind::kBroadcast, dtype, count, {}, root),
                  [=](const coll::Ctx& ctx) { coll::broadcast(ctx, data, bytes, root); });
 }
 
 WorkPtr CommProcessGroup::do_reduce(uint64_t seq, const void* send, void* recv, size_t count,
                                     DType dtype, ReduceOp op, int root) {
-  return enqueue(seq, "reduce", [=](const coll::Ctx& ctx) {
-    coll::reduce(ctx, send, recv, count, dtype, op, root);
-  });
+  return enqueue(
+      seq, fingerprint(core::OpKind::kReduce, dtype, count, op, root),
+      [=](const coll::Ctx& ctx) { coll::reduce(ctx, send, recv, count, dtype, op, root); });
 }
 
 WorkPtr CommProcessGroup::do_all_gather(uint64_t seq, const void* send, void* recv, size_t count,
                                         DType dtype) {
   std::vector<size_t> bytes(static_cast<size_t>(size()), bytes_of(count, dtype));
-  return enqueue(seq, "all_gather", [=, bytes = std::move(bytes)](const coll::Ctx& ctx) {
-    coll::all_gatherv(ctx, send, recv, bytes);
-  });
+  return enqueue(seq, fingerprint(core::OpKind::kAllGather, dtype, count),
+                 [=, bytes = std::move(bytes)](const coll::Ctx& ctx) {
+                   coll::all_gatherv(ctx, send, recv, bytes);
+                 });
 }
 
 WorkPtr CommProcessGroup::do_all_gatherv(uint64_t seq, const void* send, size_t /*send_count*/,
                                          void* recv, std::span<const size_t> recv_counts,
                                          DType dtype) {
-  return enqueue(seq, "all_gatherv",
+  return enqueue(seq, fingerprint(core::OpKind::kAllGatherv, dtype, total(recv_counts)),
                  [=, bytes = to_bytes(recv_counts, dtype)](const coll::Ctx& ctx) {
                    coll::all_gatherv(ctx, send, recv, bytes);
                  });
@@ -143,42 +217,44 @@ WorkPtr CommProcessGroup::do_all_gatherv(uint64_t seq, const void* send, size_t 
 WorkPtr CommProcessGroup::do_gather(uint64_t seq, const void* send, void* recv, size_t count,
                                     DType dtype, int root) {
   const size_t bytes = bytes_of(count, dtype);
-  return enqueue(seq, "gather",
+  return enqueue(seq, fingerprint(core::OpKind::kGather, dtype, count, {}, root),
                  [=](const coll::Ctx& ctx) { coll::gather(ctx, send, recv, bytes, root); });
 }
 
 WorkPtr CommProcessGroup::do_scatter(uint64_t seq, const void* send, void* recv, size_t count,
                                      DType dtype, int root) {
   const size_t bytes = bytes_of(count, dtype);
-  return enqueue(seq, "scatter",
+  return enqueue(seq, fingerprint(core::OpKind::kScatter, dtype, count, {}, root),
                  [=](const coll::Ctx& ctx) { coll::scatter(ctx, send, recv, bytes, root); });
 }
 
 WorkPtr CommProcessGroup::do_reduce_scatter(uint64_t seq, const void* send, void* recv,
                                             size_t count, DType dtype, ReduceOp op) {
-  return enqueue(seq, "reduce_scatter", [=](const coll::Ctx& ctx) {
-    coll::reduce_scatter(ctx, send, recv, count, dtype, op);
-  });
+  return enqueue(
+      seq, fingerprint(core::OpKind::kReduceScatter, dtype, count, op),
+      [=](const coll::Ctx& ctx) { coll::reduce_scatter(ctx, send, recv, count, dtype, op); });
 }
 
 WorkPtr CommProcessGroup::do_all_to_all(uint64_t seq, const void* send, void* recv, size_t count,
                                         DType dtype) {
   std::vector<size_t> bytes(static_cast<size_t>(size()), bytes_of(count, dtype));
-  return enqueue(seq, "all_to_all", [=, bytes = std::move(bytes)](const coll::Ctx& ctx) {
-    all_to_allv_any(ctx, send, bytes, recv, bytes);
-  });
+  return enqueue(seq, fingerprint(core::OpKind::kAllToAll, dtype, count),
+                 [=, bytes = std::move(bytes)](const coll::Ctx& ctx) {
+                   all_to_allv_any(ctx, send, bytes, recv, bytes);
+                 });
 }
 
 WorkPtr CommProcessGroup::do_all_to_allv(uint64_t seq, const void* send,
                                          std::span<const size_t> send_counts, void* recv,
                                          std::span<const size_t> recv_counts, DType dtype) {
-  return enqueue(seq, "all_to_allv",
+  return enqueue(seq, fingerprint(core::OpKind::kAllToAllv, dtype, core::OpFingerprint::kAnyCount),
                  [=, sb = to_bytes(send_counts, dtype), rb = to_bytes(recv_counts, dtype)](
                      const coll::Ctx& ctx) { all_to_allv_any(ctx, send, sb, recv, rb); });
 }
 
 WorkPtr CommProcessGroup::do_barrier(uint64_t seq) {
-  return enqueue(seq, "barrier", [](const coll::Ctx& ctx) { coll::barrier(ctx); });
+  return enqueue(seq, fingerprint(core::OpKind::kBarrier),
+                 [](const coll::Ctx& ctx) { coll::barrier(ctx); });
 }
 
 void CommProcessGroup::abort() {

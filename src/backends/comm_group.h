@@ -10,6 +10,9 @@
 // `all_reduce(...)->wait()` costs no hand-off between threads. Point-to-point operations go to the
 // transport directly from the calling thread and complete inside it.
 //
+// Checks: each operation tells the Comm its fingerprint before it runs
+// (Comm::begin_collective), so ranks that call different operations, or the same one with
+// other arguments, fail with DesyncError naming both sides.
 // Failure: an operation that fails aborts the Comm, so every pending and later
 // operation of the group fails with the same error on this rank, and the peers notice
 // the closed connections. Errors name the rank, the operation and its sequence number.
@@ -18,6 +21,7 @@
 #pragma once
 
 #include <chrono>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -26,7 +30,9 @@
 #include "backends/op_queue.h"
 #include "collectives/context.h"
 #include "collectives/settings.h"
+#include "core/op_fingerprint.h"
 #include "tdist/process_group.h"
+#include "tdist/thread_annotations.h"
 #include "transport/comm.h"
 
 namespace tdist::backends {
@@ -73,16 +79,24 @@ class CommProcessGroup : public ProcessGroup {
   WorkPtr do_batch_isend_irecv(std::span<const P2POp> ops) override;
 
  private:
-  // Queues the operation numbered `seq` (op_queue.h).
+  // Queues the operation numbered `seq`, described by `fp` (op_queue.h).
   template <typename Run>  // Run: void(const coll::Ctx&); defined in comm_group.cc
-  WorkPtr enqueue(uint64_t seq, const char* op, Run run);
-  void execute(uint64_t seq, Work& work, const std::function<void(const coll::Ctx&)>& run);
+  WorkPtr enqueue(uint64_t seq, const core::OpFingerprint& fp, Run run);
+  void execute(uint64_t seq, const core::OpFingerprint& fp, Work& work,
+               const std::function<void(const coll::Ctx&)>& run);
+  // The error an operation failed with, as the group reports it from now on: a DesyncError
+  // is left in the store for the peers; a PeerError becomes a DesyncError when a peer left
+  // one there (its abort notice may not have arrived before the connection broke).
+  std::exception_ptr settle(std::exception_ptr error);
+  std::exception_ptr failure() const;  // the first settled error, or null
 
   const std::string backend_;
   const CommFactory factory_;
   std::unique_ptr<transport::Comm> comm_;
   // TDIST_ALGO and TDIST_CHUNK_BYTES, read once when the group is made.
   const coll::CollectiveSettings settings_ = coll::CollectiveSettings::from_environment();
+  mutable Mutex failure_mu_;
+  std::exception_ptr failure_ TDIST_GUARDED_BY(failure_mu_);
   OpQueue ops_;  // after comm_: stopped (drained) in the destructor, before comm_ goes
 };
 

@@ -21,6 +21,15 @@
 // and a step within the operation); user point-to-point tags are p2p_tag(tag). The two
 // ranges never overlap.
 //
+// Fingerprints: a group calls begin_collective(seq, fp) before it runs collective `seq`.
+// From then on every message with that sequence number carries the fingerprint (the
+// operation, dtype, count, root, reduce op; core/op_fingerprint.h), and a receive matched
+// to a message whose fingerprint differs fails with DesyncError naming both ranks and both
+// operations ("rank 0 called all_reduce #41 f32 x1024 sum; rank 1 called broadcast #41 f32
+// x1024 root 0"); so does a message of a collective this rank has already finished, since
+// no receive will ever take it. The peers learn the reason with the abort (DesyncError
+// there too). Tags: a collective tag holds the low 39 bits of `seq`.
+//
 // Ownership and lifetime: buffers passed to isend/irecv must stay valid and untouched
 // until the Request completes (wait returned or test() returned true), or until the
 // Request is destroyed. Destroying a pending Request cancels it: a receive is withdrawn
@@ -43,6 +52,7 @@
 #include <memory>
 #include <utility>
 
+#include "core/op_fingerprint.h"
 #include "tdist/deadline.h"
 #include "transport/topology.h"
 
@@ -78,6 +88,12 @@ class Comm {
 
   virtual RequestPtr isend(int peer, uint64_t tag, const void* data, size_t bytes) = 0;
   virtual RequestPtr irecv(int peer, uint64_t tag, void* data, size_t bytes) = 0;
+
+  // Checks (comm.h's "Fingerprints"): collective `seq`, described by `fp`, runs from now
+  // until the next call. Throws DesyncError when a peer already sent this rank a message of
+  // an earlier collective that it finished without receiving it. Comms that do not check
+  // ignore it.
+  virtual void begin_collective(uint64_t /*seq*/, const tdist::core::OpFingerprint& /*fp*/) {}
 
   // Fails every pending and later request with `reason` (PeerError when null) and tells
   // the peers, so that they abort too. Idempotent; the first reason wins.

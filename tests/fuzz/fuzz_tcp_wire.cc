@@ -10,7 +10,9 @@
 //
 // Input: config(1) nops(1) nops * op(12) lane_bytes(2 per lane but the last) streams.
 //   config: lanes = 1 + bits 0-1 % 3; bit 2: the lanes offer peek (as shm's do);
-//           bits 3-5: read chunk size; bit 6: read_remote works (zeroes; for even addresses)
+//           bits 3-5: read chunk size; bit 6: read_remote works (zeroes; for even addresses);
+//           bit 7: collective 1 (an f32 all_reduce of 4 elements) runs: receives of its tags
+//           expect its fingerprint, and checked messages of collective 0 are stale
 //   op: kind(1: recv before, recv after, recv withdrawn, send) bytes(u16 LE, ×16 when kind
 //       bit 4) tag(u64 LE, its low byte alone when kind bit 5: small tags meet small tags)
 // A peer's header may announce up to 16 TiB before any payload: operator new[] here
@@ -157,6 +159,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool peekable = (config & 4) != 0;
   const size_t chunk = kChunks[(config >> 3) & 7];
   const bool remote = (config & 64) != 0;
+  const bool checked = (config & 128) != 0;
   std::vector<Posting> ops(take<uint8_t>(data, size) % 9);
   for (Posting& op : ops) {
     op.kind = take<uint8_t>(data, size);
@@ -177,6 +180,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
 
   auto comm = std::make_unique<Engine>(0, 2, std::move(channels));
+  if (checked) {
+    tdist::core::OpFingerprint fp;
+    fp.kind = tdist::core::OpKind::kAllReduce;
+    fp.dtype = DType::kF32;
+    fp.count = 4;
+    fp.has_reduce = true;
+    comm->begin_collective(1, fp);  // nothing arrived yet: no stale message to find
+  }
   std::vector<std::unique_ptr<uint8_t[]>> buffers;
   std::vector<RequestPtr> early, late;
   auto post = [&](const Posting& op, std::vector<RequestPtr>& into) {

@@ -115,7 +115,7 @@ def store():
 GROUP = 0x0123456789ABCDEF
 
 
-def tcp_hello(magic=0x74644354, version=2, lane=0, nsocks=2, sender=1, receiver=0, nonce=GROUP):
+def tcp_hello(magic=0x74644354, version=3, lane=0, nsocks=2, sender=1, receiver=0, nonce=GROUP):
     return struct.pack("<IHBBIIQ", magic, version, lane, nsocks, sender, receiver, nonce)
 
 
@@ -131,7 +131,7 @@ def hellos():
     write("tcp_hello", "with_expectations",
           tcp_hello(nsocks=4, sender=9, receiver=5, nonce=42) + struct.pack("<QBBBB", 42, 3, 5, 6, 4))
 
-    def shm_hello(magic=0x4D536474, version=1, sender=1, receiver=0, nonce=GROUP, pid=1234,
+    def shm_hello(magic=0x4D536474, version=2, sender=1, receiver=0, nonce=GROUP, pid=1234,
                   capacity=1 << 16):
         return struct.pack("<IHHIIQIIQ", magic, version, 0, sender, receiver, nonce, pid, 0, capacity)
 
@@ -154,12 +154,20 @@ P2P = 1 << 63
 RECV_EARLY, RECV_LATE, RECV_WITHDRAWN, SEND = 0, 1, 2, 3
 
 
-def header(tag, nbytes):
-    return struct.pack("<QQ", tag, nbytes)
+def header(tag, nbytes, check=(0, 0)):
+    return struct.pack("<QQQQ", tag, nbytes, check[0], check[1])
 
 
-def message(tag, payload):
-    return header(tag, len(payload)) + payload
+def message(tag, payload, check=(0, 0)):
+    return header(tag, len(payload), check) + payload
+
+
+# Collective 1's tag and the fingerprint the harness gives it (config bit 7: an f32
+# all_reduce of 4, sum): w0 = kind 1 | dtype f32 (0) << 8 | (sum + 1) << 16 | (root + 1) << 32.
+CHECKED = 128
+COLL1 = 1 << 24
+FP_ALL_REDUCE = (1 | 1 << 16, 4)
+FP_BROADCAST = (2 | 1 << 32, 4)
 
 
 def op(kind, nbytes, tag):
@@ -187,6 +195,15 @@ def wire():
             wire_input(8 * 2, [op(RECV_EARLY, 2, 2), op(RECV_EARLY, 1, 1)],
                        [message(1, b"a") + message(2, b"bb") + bye]),
         "desync": wire_input(0, [op(RECV_EARLY, 8, 5)], [message(5, b"abcd") + bye]),
+        "fingerprints_agree":
+            wire_input(CHECKED, [op(RECV_EARLY, 16, COLL1)],
+                       [message(COLL1, bytes(16), FP_ALL_REDUCE) + bye]),
+        "fingerprint_mismatch":
+            wire_input(CHECKED, [op(RECV_LATE, 16, COLL1)],
+                       [message(COLL1, bytes(16), FP_BROADCAST) + bye]),
+        "stale_message":
+            wire_input(CHECKED, [op(RECV_EARLY, 16, COLL1)],
+                       [message(5, bytes(16), FP_ALL_REDUCE) + bye]),
         "withdrawn_recv": wire_input(0, [op(RECV_WITHDRAWN, 4, 5)], [message(5, b"abcd") + bye]),
         "abort": wire_input(0, [op(RECV_EARLY, 4, 5)], [message(ABORT, b"rank 1 gave up")]),
         "eof_mid_message": wire_input(0, [op(RECV_EARLY, 4, 5)], [header(5, 4) + b"ab"]),

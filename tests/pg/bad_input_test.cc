@@ -2,9 +2,9 @@
 //  - Invalid arguments (root, peer, null buffers, op for the dtype, counts lengths) throw
 //    InvalidArgument from the call itself; issued on one rank only, so a call that sent
 //    anything or took a sequence number would break the collective that follows.
-//  - Ranks that disagree (counts, dtypes, roots, operations) get an error on every rank
-//    within the group timeout plus a few seconds: never a hang, never a write outside
-//    the buffers (guard bytes).
+//  - Ranks that disagree (counts, dtypes, reduce ops, roots, operations) get DesyncError on
+//    every rank within 5 s, however long the group timeout, naming both sides' operations:
+//    never a hang, never a write outside the buffers (guard bytes).
 //  - abort() on one rank fails the others' pending operation with PeerError quickly.
 #include <gtest/gtest.h>
 
@@ -104,89 +104,140 @@ TEST(BadInputTest, InvalidArgumentsThrowAtTheCallAndLeaveTheGroupWorking) {
 
 // ---- ranks that disagree --------------------------------------------------------------
 
-constexpr auto kShortTimeout = std::chrono::milliseconds(2000);
-constexpr auto kGrace = std::chrono::milliseconds(3000);
+// A group timeout far beyond the test's bounds: the fingerprints, not the timeout, must end
+// every mismatch.
+constexpr auto kLongTimeout = std::chrono::seconds(60);
+constexpr auto kDetectWithin = std::chrono::seconds(5);
 
-// Runs issue(rank, pg, buffer) on 2 ranks of a group with a 2 s timeout: every rank must
-// see DesyncError, TimeoutError or PeerError within the timeout plus a grace, with the
-// guard bytes intact; a later collective must not hang either. With `may_succeed` (a
-// mismatch that no message reveals) success is allowed too, but not a hang.
-void expect_mismatch_fails(
-    size_t buffer_bytes, const std::function<WorkPtr(int, ProcessGroup&, Buffer&, Buffer&)>& issue,
-    bool may_succeed = false) {
-  ThreadWorld world(2, kShortTimeout);
+// Runs issue(rank, pg, x, y) on 2 ranks: every rank must fail with DesyncError within 5 s,
+// its text naming both sides (`side0` and `side1`, e.g. "rank 0 called all_reduce #0 f32
+// x10 sum"), with the guard bytes intact; later collectives fail at once with it too. With
+// `first_may_succeed` (a mismatch no message of the operation itself reveals: both ranks
+// only send), the operation may succeed, and the next collective must then fail so.
+void expect_desync(size_t buffer_bytes,
+                   const std::function<WorkPtr(int, ProcessGroup&, Buffer&, Buffer&)>& issue,
+                   const std::string& side0, const std::string& side1,
+                   bool first_may_succeed = false) {
+  ThreadWorld world(2, kLongTimeout);
   ASSERT_TRUE(world.ok());
   world.run([&](int rank, ProcessGroup& pg) {
     Buffer x(DType::kU8, buffer_bytes), y(DType::kU8, buffer_bytes);
     const auto start = Clock::now();
+    auto wait_for_error = [&](const WorkPtr& work) {
+      try {
+        work->wait(Deadline::after(kDetectWithin + std::chrono::seconds(5)));
+      } catch (...) {
+        return std::current_exception();
+      }
+      return std::exception_ptr();
+    };
     WorkPtr work = issue(rank, pg, x, y);
-    std::exception_ptr error;
-    try {
-      work->wait(Deadline::after(kShortTimeout + kGrace + std::chrono::seconds(5)));
-    } catch (...) {
-      error = std::current_exception();
+    std::exception_ptr error = wait_for_error(work);
+    ASSERT_TRUE(work->is_completed())
+        << "rank " << rank << ": the mismatched " << work->op() << " still runs";
+    if (error == nullptr && first_may_succeed) {
+      int32_t v = 1;
+      error = wait_for_error(pg.all_reduce(&v, 1, DType::kI32));
     }
     const auto elapsed = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
-    ASSERT_TRUE(work->is_completed())
-        << "rank " << rank << ": the mismatched " << work->op() << " still runs after "
-        << elapsed.count() << " ms (the group timeout is " << kShortTimeout.count() << " ms)";
-    EXPECT_TRUE(is_a<DesyncError>(error) || is_a<TimeoutError>(error) || is_a<PeerError>(error) ||
-                (may_succeed && error == nullptr))
-        << "rank " << rank << ": got " << describe(error);
-    EXPECT_LE(elapsed, kShortTimeout + kGrace) << "rank " << rank << ": " << describe(error);
+    ASSERT_TRUE(is_a<DesyncError>(error)) << "rank " << rank << ": got " << describe(error);
+    const std::string text = describe(error);
+    EXPECT_NE(text.find(side0), std::string::npos) << "rank " << rank << ": " << text;
+    EXPECT_NE(text.find(side1), std::string::npos) << "rank " << rank << ": " << text;
+    EXPECT_LE(elapsed, kDetectWithin) << "rank " << rank << ": " << text;
     EXPECT_TRUE(x.guards_intact() && y.guards_intact()) << "rank " << rank;
-    // A later collective ends too (most likely at once, the group being aborted).
     int32_t v = 1;
-    WorkPtr later = pg.all_reduce(&v, 1, DType::kI32);
-    try {
-      later->wait(Deadline::after(kShortTimeout + kGrace));
-    } catch (const Error&) {
-    }
-    EXPECT_TRUE(later->is_completed()) << "rank " << rank;
+    EXPECT_THROW(pg.all_reduce(&v, 1, DType::kI32)->wait(), DesyncError) << "rank " << rank;
   });
 }
 
 TEST(MismatchTest, AllReduceCounts10And20) {
-  expect_mismatch_fails(4 * 20, [](int rank, ProcessGroup& pg, Buffer& x, Buffer& y) {
-    const size_t count = rank == 0 ? 10 : 20;
-    return pg.all_reduce(x.data(), y.data(), count, DType::kF32, ReduceOpKind::kSum);
-  });
+  expect_desync(
+      4 * 20,
+      [](int rank, ProcessGroup& pg, Buffer& x, Buffer& y) {
+        const size_t count = rank == 0 ? 10 : 20;
+        return pg.all_reduce(x.data(), y.data(), count, DType::kF32, ReduceOpKind::kSum);
+      },
+      "rank 0 called all_reduce #0 f32 x10 sum", "rank 1 called all_reduce #0 f32 x20 sum");
 }
 
-TEST(MismatchTest, AllReduceCounts1023And100000) {
-  expect_mismatch_fails(4 * 100000, [](int rank, ProcessGroup& pg, Buffer& x, Buffer&) {
-    return pg.all_reduce(x.data(), rank == 0 ? 100000 : 1023, DType::kF32);
-  });
+// The larger side used to wait for the group timeout while the smaller one "succeeded".
+TEST(MismatchTest, AllReduceCounts1MAnd2M) {
+  expect_desync(
+      4 << 21,
+      [](int rank, ProcessGroup& pg, Buffer& x, Buffer&) {
+        return pg.all_reduce(x.data(), size_t{1} << (rank == 0 ? 20 : 21), DType::kF32);
+      },
+      "rank 0 called all_reduce #0 f32 x1048576 sum", "rank 1 called all_reduce #0 f32 x2097152");
 }
 
 TEST(MismatchTest, AllReduceDtypesF32AndF64) {
-  expect_mismatch_fails(8 * 1000, [](int rank, ProcessGroup& pg, Buffer& x, Buffer&) {
-    return pg.all_reduce(x.data(), 1000, rank == 0 ? DType::kF32 : DType::kF64);
-  });
+  expect_desync(
+      8 << 20,
+      [](int rank, ProcessGroup& pg, Buffer& x, Buffer&) {
+        return pg.all_reduce(x.data(), 1 << 20, rank == 0 ? DType::kF32 : DType::kF64);
+      },
+      "all_reduce #0 f32 x1048576 sum", "all_reduce #0 f64 x1048576 sum");
+}
+
+// Same width, same count: only the fingerprint tells them apart.
+TEST(MismatchTest, AllReduceDtypesI32AndF32) {
+  expect_desync(
+      4 * 256,
+      [](int rank, ProcessGroup& pg, Buffer& x, Buffer&) {
+        return pg.all_reduce(x.data(), 256, rank == 0 ? DType::kI32 : DType::kF32);
+      },
+      "rank 0 called all_reduce #0 i32 x256 sum", "rank 1 called all_reduce #0 f32 x256 sum");
+}
+
+TEST(MismatchTest, AllReduceSumAndMax) {
+  expect_desync(
+      4 * 1024,
+      [](int rank, ProcessGroup& pg, Buffer& x, Buffer&) {
+        return pg.all_reduce(x.data(), 1024, DType::kF32,
+                             rank == 0 ? ReduceOpKind::kSum : ReduceOpKind::kMax);
+      },
+      "rank 0 called all_reduce #0 f32 x1024 sum", "rank 1 called all_reduce #0 f32 x1024 max");
 }
 
 TEST(MismatchTest, AllGatherCounts) {
-  expect_mismatch_fails(4 * 2 * 300, [](int rank, ProcessGroup& pg, Buffer& x, Buffer& y) {
-    return pg.all_gather(x.data(), y.data(), rank == 0 ? 300 : 7, DType::kF32);
-  });
+  expect_desync(
+      4 * 2 * 300,
+      [](int rank, ProcessGroup& pg, Buffer& x, Buffer& y) {
+        return pg.all_gather(x.data(), y.data(), rank == 0 ? 300 : 7, DType::kF32);
+      },
+      "all_gather #0 f32 x300", "all_gather #0 f32 x7");
 }
 
-// Each rank names itself the root: both only send, so nothing reveals the mismatch (as
-// with torch's gloo); it must still end, without touching memory outside the buffers.
-TEST(MismatchTest, BroadcastRootsEndWithoutHanging) {
-  expect_mismatch_fails(
+// Rank 0 names root 0 and rank 1 root 1: both only send. Each finds the other's message
+// waiting when its next collective begins (or arrives during it), unexpected for good.
+TEST(MismatchTest, BroadcastRootsFailAtTheNextCollective) {
+  expect_desync(
       4 * 500,
       [](int rank, ProcessGroup& pg, Buffer& x, Buffer&) {
         return pg.broadcast(x.data(), 500, DType::kI32, rank);
       },
-      /*may_succeed=*/true);
+      "broadcast #0 i32 x500 root 0", "broadcast #0 i32 x500 root 1", /*first_may_succeed=*/true);
+}
+
+TEST(MismatchTest, AllReduceAgainstBroadcast) {
+  expect_desync(
+      4 * 1024,
+      [](int rank, ProcessGroup& pg, Buffer& x, Buffer&) {
+        if (rank == 0) return pg.all_reduce(x.data(), 1024, DType::kF32);
+        return pg.broadcast(x.data(), 1024, DType::kF32, 0);
+      },
+      "rank 0 called all_reduce #0 f32 x1024 sum", "rank 1 called broadcast #0 f32 x1024 root 0");
 }
 
 TEST(MismatchTest, DifferentOperations) {
-  expect_mismatch_fails(4 * 2 * 64, [](int rank, ProcessGroup& pg, Buffer& x, Buffer& y) {
-    if (rank == 0) return pg.all_reduce(x.data(), 64, DType::kF32);
-    return pg.all_gather(x.data(), y.data(), 64, DType::kF32);
-  });
+  expect_desync(
+      4 * 2 * 64,
+      [](int rank, ProcessGroup& pg, Buffer& x, Buffer& y) {
+        if (rank == 0) return pg.all_reduce(x.data(), 64, DType::kF32);
+        return pg.all_gather(x.data(), y.data(), 64, DType::kF32);
+      },
+      "rank 0 called all_reduce #0 f32 x64 sum", "rank 1 called all_gather #0 f32 x64");
 }
 
 // ---- timeout --------------------------------------------------------------------------

@@ -40,6 +40,16 @@ std::string what_of(const std::exception_ptr& error) {
   }
 }
 
+bool is_desync(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const DesyncError&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
 }  // namespace
 
 // The driver role, held by one thread at a time and taken with one atomic exchange (no
@@ -75,7 +85,7 @@ Engine::Engine(int rank, int size, std::vector<std::vector<std::unique_ptr<Chann
   if (!wake_) TDIST_THROW(Error, "transport: eventfd failed: ", net::errno_text(errno));
   for (int peer = 0; peer < size; ++peer) {
     if (peer != rank) {
-      peers_[peer] = std::make_unique<Peer>(rank, peer, std::move(channels[peer]));
+      peers_[peer] = std::make_unique<Peer>(rank, peer, std::move(channels[peer]), book_);
     }
   }
 }
@@ -124,7 +134,7 @@ const char* Engine::channel_kind(int peer) const {
 RequestPtr Engine::isend(int peer, uint64_t tag, const void* data, size_t bytes) {
   check_args("isend to", peer, tag, data, bytes);
   std::string lost;
-  std::shared_ptr<Op> op = peers_[peer]->post_send(tag, data, bytes, &lost);
+  std::shared_ptr<Op> op = peers_[peer]->post_send(tag, data, bytes, book_.check_for(tag), &lost);
   if (!op) return std::make_unique<CoreRequest>(nullptr, nullptr);  // written whole
   if (!lost.empty()) {
     report(lost);
@@ -137,9 +147,19 @@ RequestPtr Engine::isend(int peer, uint64_t tag, const void* data, size_t bytes)
 RequestPtr Engine::irecv(int peer, uint64_t tag, void* data, size_t bytes) {
   check_args("irecv from", peer, tag, data, bytes);
   std::string lost;
-  std::shared_ptr<Op> op = peers_[peer]->post_recv(tag, data, bytes, &lost);
+  std::shared_ptr<Op> op = peers_[peer]->post_recv(tag, data, bytes, book_.check_for(tag), &lost);
   if (!lost.empty()) report(lost);
   return std::make_unique<CoreRequest>(this, std::move(op));
+}
+
+void Engine::begin_collective(uint64_t seq, const tdist::core::OpFingerprint& fp) {
+  book_.begin(seq, fp);
+  if (book_.early.load() == 0) return;  // collective_book.h's `early`
+  for (const auto& peer : peers_) {
+    if (!peer) continue;
+    const std::string report = peer->find_desync();
+    if (!report.empty()) throw DesyncError(report.substr(1));
+  }
 }
 
 void Engine::abort(std::exception_ptr reason) {
@@ -338,7 +358,11 @@ void Engine::wake_driver() {
 }
 
 void Engine::report(const std::string& lost) {
-  abort_with(std::make_exception_ptr(PeerError(lost)), /*log=*/true);
+  if (!lost.empty() && lost.front() == kDesyncMark) {
+    abort_with(std::make_exception_ptr(DesyncError(lost.substr(1))), /*log=*/true);
+  } else {
+    abort_with(std::make_exception_ptr(PeerError(lost)), /*log=*/true);
+  }
 }
 
 void Engine::abort_with(const std::exception_ptr& reason, bool log) {
@@ -350,8 +374,11 @@ void Engine::abort_with(const std::exception_ptr& reason, bool log) {
   }
   const std::string text = what_of(reason);
   if (log && !destroying_) TDIST_LOG(kWarn) << "transport aborted: " << text;
+  // The peers learn the reason, and whether it is a desync (they then fail with
+  // DesyncError too).
+  const std::string notice = is_desync(reason) ? kDesyncMark + text : text;
   for (auto& peer : peers_) {
-    if (peer) peer->fail_all(reason, /*tell_peer=*/true, text);
+    if (peer) peer->fail_all(reason, /*tell_peer=*/true, notice);
   }
   // Only now: a driver that sees aborted_ finds every pending Op completed.
   aborted_ = true;

@@ -19,8 +19,11 @@
 // queuing work while it sleeps, or abort, write to it) until its deadline. Background
 // threads never poll.
 // Ownership: owns the Peers and their channels. Thread-safety: as comm.h.
+// Fingerprints (comm.h): begin_collective records the running collective in a
+// CollectiveBook; isend/irecv stamp and expect its fingerprint, the Peers check it.
 // Failure: a channel's end of stream without a goodbye (the peer died), a broken channel,
-// or an abort notice aborts this Comm with PeerError as soon as a driver notices (within
+// or an abort notice aborts this Comm with PeerError (DesyncError for a desync, here or
+// told by the peer) as soon as a driver notices (within
 // milliseconds when some thread waits); abort() notifies every peer and shuts the
 // channels down. Destruction flushes queued sends (up to 2 s), says goodbye, closes.
 #pragma once
@@ -54,6 +57,7 @@ class Engine final : public Comm {
   int size() const override { return size_; }
   RequestPtr isend(int peer, uint64_t tag, const void* data, size_t bytes) override;
   RequestPtr irecv(int peer, uint64_t tag, void* data, size_t bytes) override;
+  void begin_collective(uint64_t seq, const tdist::core::OpFingerprint& fp) override;
   void abort(std::exception_ptr reason) override;
   std::exception_ptr error() const override;
 
@@ -87,6 +91,7 @@ class Engine final : public Comm {
 
   const int rank_;
   const int size_;
+  CollectiveBook book_;                       // before peers_, which refer to it
   std::vector<std::unique_ptr<Peer>> peers_;  // by rank; null at rank_
   net::Fd wake_;                              // eventfd: wakes a sleeping driver
   std::atomic<bool> driver_sleeping_{false};

@@ -21,7 +21,9 @@
 #include <utility>
 
 #include "core/block_cache.h"
+#include "core/op_fingerprint.h"
 #include "transport/comm.h"
+#include "transport/core/wire.h"
 
 namespace tdist::transport::core {
 
@@ -33,7 +35,9 @@ class Op {
   // when the receiver asks), that payload, or a control frame of the core's own.
   enum class Phase : uint8_t { kEager, kRvRequest, kRvData, kControl };
 
-  Op(int peer_rank, bool send, uint64_t op_tag, void* buffer, size_t size)
+  // `check`: the fingerprint a send carries, or the one a receive expects (wire.h).
+  Op(int peer_rank, bool send, uint64_t op_tag, void* buffer, size_t size,
+     tdist::core::OpFingerprint::Words check = {})
       : peer(peer_rank),
         is_send(send),
         tag(op_tag),
@@ -41,6 +45,8 @@ class Op {
         bytes(size) {
     header[0] = op_tag;
     header[1] = size;
+    header[2] = check.w0;
+    header[3] = check.w1;
   }
 
   bool done() const { return done_.load(std::memory_order_seq_cst); }
@@ -59,11 +65,11 @@ class Op {
   const uint64_t tag;
   uint8_t* data;  // a send's payload moves to `owned` when it is cancelled part-way
   const size_t bytes;
-  // Send only: what precedes the payload on the wire (header_bytes of `header`: the
-  // 16-byte header, then a rendezvous descriptor or id), whether the payload follows,
-  // the bytes of both written so far, the lane.
-  uint64_t header[6];
-  size_t header_bytes = 16;
+  // What precedes the payload on the wire (header_bytes of `header`: the header, then a
+  // rendezvous descriptor or id; a receive keeps only its tag, size and check there),
+  // whether the payload follows, the bytes of both written so far, the lane.
+  uint64_t header[kHeaderWords + sizeof(RvDescriptor) / sizeof(uint64_t)];
+  size_t header_bytes = kHeaderBytes;
   Phase phase = Phase::kEager;
   size_t sent = 0;
   size_t lane = 0;
@@ -73,6 +79,7 @@ class Op {
   uint64_t rv_id = 0;
   std::atomic<uint64_t> rv_token{0};
 
+  tdist::core::OpFingerprint::Words check() const { return {header[2], header[3]}; }
   bool payload_follows() const { return phase == Phase::kEager || phase == Phase::kRvData; }
   size_t wire_bytes() const { return header_bytes + (payload_follows() ? bytes : 0); }
 

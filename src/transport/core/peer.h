@@ -28,8 +28,13 @@
 //    only its descriptor. The receive side queues its answers in replies_ and the frames
 //    it gets in rv_events_; exchange_rendezvous() moves both to the send side, so the two
 //    locks are still never held together.
-// A message whose length differs from its receive's fails only that receive with
-// DesyncError; its payload is read and dropped, so the stream stays in step.
+// A message whose length or fingerprint (wire.h's check) differs from its receive's fails
+// only that receive with DesyncError; its payload is read and dropped, so the stream stays
+// in step. A checked message that arrives before its receive is judged at once and again
+// when its collective begins here (collective_book.h): one of a finished collective, or of
+// the running one with another fingerprint, is reported like a lost link, as a desync
+// (kDesyncMark), since no receive will ever take it (ranks running different operations use
+// different tags).
 // Thread-safety: one mutex per direction (send_mu_, recv_mu_, each covering all lanes),
 // never held together; any thread may call any method. Methods that discover a broken
 // link return the full message ("rank R: connection to rank P (shm pid 12) lost: ...")
@@ -52,6 +57,7 @@
 #include "tdist/deadline.h"
 #include "tdist/thread_annotations.h"
 #include "transport/core/channel.h"
+#include "transport/core/collective_book.h"
 #include "transport/core/op.h"
 #include "transport/core/wire.h"
 
@@ -68,11 +74,17 @@ struct Progress {
   }
 };
 
+// A lost message (or an abort reason) that begins with this byte reports a desync: the
+// Engine fails the Comm with DesyncError instead of PeerError, and tells the peers so.
+inline constexpr char kDesyncMark = '\x1d';
+
 class Peer {
  public:
   static constexpr size_t kMaxLanes = 64;
+  using Check = CollectiveBook::Check;
 
-  Peer(int self_rank, int rank, std::vector<std::unique_ptr<Channel>> lanes);
+  // `book` (the Engine's) outlives the Peer.
+  Peer(int self_rank, int rank, std::vector<std::unique_ptr<Channel>> lanes, CollectiveBook& book);
   Peer(const Peer&) = delete;
   Peer& operator=(const Peer&) = delete;
 
@@ -81,8 +93,15 @@ class Peer {
   size_t lane_count() const { return lanes_.size(); }
 
   // Null: the send went out whole and is complete.
-  std::shared_ptr<Op> post_send(uint64_t tag, const void* data, size_t bytes, std::string* lost);
-  std::shared_ptr<Op> post_recv(uint64_t tag, void* data, size_t bytes, std::string* lost);
+  // `check`: the fingerprint the message carries, or the one the receive expects.
+  std::shared_ptr<Op> post_send(uint64_t tag, const void* data, size_t bytes, Check check,
+                                std::string* lost);
+  std::shared_ptr<Op> post_recv(uint64_t tag, void* data, size_t bytes, Check check,
+                                std::string* lost);
+  // The desync report (kDesyncMark) for a checked message from this peer that waits
+  // unexpected although its collective is finished here, or whose fingerprint differs from
+  // the running collective's (collective_book.h); "" if none.
+  std::string find_desync();
   // Withdraws a pending Op whose Request is being destroyed (op.h).
   void cancel(Op& op);
   bool sends_queued() const { return queued_.load(std::memory_order_acquire) > 0; }
@@ -126,6 +145,7 @@ class Peer {
   struct Unexpected {
     uint64_t tag = 0;
     size_t bytes = 0;
+    Check check;
     std::unique_ptr<uint8_t[]> data;  // null for a rendezvous
     bool complete = false;  // else it is lanes_[lane].incoming (incoming.got bytes arrived)
     size_t lane = 0;
@@ -184,7 +204,7 @@ class Peer {
   // The staged header whose turn came.
   std::string unblock_locked(Progress* progress) TDIST_REQUIRES(recv_mu_);
   std::string consume_staged_locked(size_t lane, Progress* progress) TDIST_REQUIRES(recv_mu_);
-  std::string start_message_locked(size_t lane, uint64_t tag, uint64_t bytes, Progress* progress)
+  std::string start_message_locked(size_t lane, const WireHeader& header, Progress* progress)
       TDIST_REQUIRES(recv_mu_);
   std::string finish_message_locked(size_t lane, Progress* progress) TDIST_REQUIRES(recv_mu_);
   std::string end_of_stream_locked(size_t lane, const std::string& why) TDIST_REQUIRES(recv_mu_);
@@ -203,6 +223,14 @@ class Peer {
   // Moves replies_ and rv_events_ to the send side (takes recv_mu_, then send_mu_).
   Progress exchange_rendezvous(std::string* lost) TDIST_EXCLUDES(send_mu_, recv_mu_);
   std::exception_ptr desync(uint64_t tag, size_t expected, size_t actual) const;
+  // The DesyncError of a receive whose fingerprint differs from its message's.
+  std::exception_ptr mismatch(uint64_t tag, Check mine, Check theirs) const;
+  // The desync report of a message of a finished collective.
+  std::string stale(uint64_t tag, Check theirs) const;
+  // The desync report for a checked message without a receive: of a finished collective, or
+  // of the running one with another fingerprint; "" when it may still be received.
+  std::string judge(uint64_t tag, Check theirs) const;
+  void forget_locked(const Unexpected& u) TDIST_REQUIRES(recv_mu_);  // it leaves unexpected_
   std::string out_of_memory(size_t bytes) const;  // the lost message for a failed buffer
 
   // The streams' part of progress(): queued sends out, lanes read.
@@ -221,6 +249,7 @@ class Peer {
 
   const int self_rank_;
   const int rank_;
+  CollectiveBook& book_;
   std::vector<Lane> lanes_;  // fixed size after construction
   const size_t nlanes_;
   std::atomic<bool> peer_gone_{false};  // the peer said goodbye (destroys its Comm)

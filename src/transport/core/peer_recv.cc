@@ -22,9 +22,9 @@ std::string out_of_order(uint64_t seq, size_t nlanes) {
 
 }  // namespace
 
-std::shared_ptr<Op> Peer::post_recv(uint64_t tag, void* data, size_t bytes,
+std::shared_ptr<Op> Peer::post_recv(uint64_t tag, void* data, size_t bytes, Check check,
                                     std::string* lost_message) {
-  auto op = make_op(rank_, false, tag, data, bytes);
+  auto op = make_op(rank_, false, tag, data, bytes, check);
   {
     MutexLock lock(recv_mu_);
     if (recv_error_) {
@@ -52,8 +52,9 @@ void Peer::match_posted_locked(const std::shared_ptr<Op>& op, std::string* lost_
     return;
   }
   Incoming* incoming = it->complete ? nullptr : &lanes_[it->lane].incoming;
-  if (it->bytes != bytes) {
-    op->complete(desync(tag, bytes, it->bytes));
+  const bool agree = tdist::core::fingerprints_agree(op->check(), it->check);
+  if (!agree || it->bytes != bytes) {
+    op->complete(agree ? desync(tag, bytes, it->bytes) : mismatch(tag, op->check(), it->check));
     if (it->rendezvous && it->complete && !it->asked) {
       replies_.push_back({kRvDoneTag, it->rv.id, it->lane});  // let the send complete
       rv_exchange_.store(true, std::memory_order_release);
@@ -81,7 +82,49 @@ void Peer::match_posted_locked(const std::shared_ptr<Op>& op, std::string* lost_
     incoming->op = op;
     incoming->unexpected = nullptr;
   }
+  forget_locked(*it);
   unexpected_.erase(it);
+}
+
+void Peer::forget_locked(const Unexpected& u) {
+  if (u.check.w0 != 0) book_.early.fetch_sub(1);
+}
+
+std::string Peer::find_desync() {
+  MutexLock lock(recv_mu_);
+  for (const Unexpected& u : unexpected_) {
+    if (u.check.w0 == 0) continue;
+    std::string report = judge(u.tag, u.check);
+    if (!report.empty()) return report;
+  }
+  return {};
+}
+
+std::string Peer::judge(uint64_t tag, Check theirs) const {
+  const CollectiveBook::View view = book_.view(tag);
+  if (view.finished) return stale(tag, theirs);
+  const Check mine = view.running;
+  if (tdist::core::fingerprints_agree(mine, theirs)) return {};
+  const uint64_t seq = CollectiveBook::tag_seq(tag);
+  return kDesyncMark + desync_text(self_rank_,
+                                   tdist::core::OpFingerprint::decode(mine).describe(seq), rank_,
+                                   tdist::core::OpFingerprint::decode(theirs).describe(seq));
+}
+
+std::exception_ptr Peer::mismatch(uint64_t tag, Check mine, Check theirs) const {
+  const uint64_t seq = CollectiveBook::tag_seq(tag);
+  return std::make_exception_ptr(
+      DesyncError(desync_text(self_rank_, tdist::core::OpFingerprint::decode(mine).describe(seq),
+                              rank_, tdist::core::OpFingerprint::decode(theirs).describe(seq))));
+}
+
+std::string Peer::stale(uint64_t tag, Check theirs) const {
+  const uint64_t seq = CollectiveBook::tag_seq(tag);
+  return kDesyncMark +
+         desync_text(self_rank_, book_.describe(seq), rank_,
+                     tdist::core::OpFingerprint::decode(theirs).describe(seq)) +
+         detail::str_cat(" (rank ", rank_, " sent a message that rank ", self_rank_,
+                         "'s operation finished without receiving)");
 }
 
 std::exception_ptr Peer::desync(uint64_t tag, size_t expected, size_t actual) const {
@@ -116,7 +159,10 @@ bool Peer::read_direct_locked(Lane& lane, Progress* progress) {
   }
   auto it = std::find_if(posted_.begin(), posted_.end(),
                          [&](const std::shared_ptr<Op>& op) { return op->tag == header.tag; });
-  if (it == posted_.end() || (*it)->bytes != header.bytes) return false;
+  if (it == posted_.end() || (*it)->bytes != header.bytes ||
+      !tdist::core::fingerprints_agree((*it)->check(), {header.check[0], header.check[1]})) {
+    return false;  // the path below reports it
+  }
   std::shared_ptr<Op> op = std::move(*it);
   posted_.erase(it);
   if (header.bytes > 0) std::memcpy(op->data, data + kHeaderBytes, header.bytes);
@@ -228,13 +274,16 @@ std::string Peer::consume_staged_locked(size_t lane_index, Progress* progress) {
       return {};
     }
     lane.staged_begin += kHeaderBytes;
-    std::string message = start_message_locked(lane_index, header.tag, header.bytes, progress);
+    std::string message = start_message_locked(lane_index, header, progress);
     if (!message.empty()) return message;
   }
 }
 
-std::string Peer::start_message_locked(size_t lane_index, uint64_t tag, uint64_t wire_bytes,
+std::string Peer::start_message_locked(size_t lane_index, const WireHeader& header,
                                        Progress* progress) {
+  const uint64_t tag = header.tag;
+  const uint64_t wire_bytes = header.bytes;
+  const Check check{header.check[0], header.check[1]};
   Lane& lane = lanes_[lane_index];
   Incoming& incoming = lane.incoming;
   if (tag == kGoodbyeTag) {
@@ -300,8 +349,9 @@ std::string Peer::start_message_locked(size_t lane_index, uint64_t tag, uint64_t
     if (it != posted_.end()) {
       std::shared_ptr<Op> op = std::move(*it);
       posted_.erase(it);
-      if (op->bytes != bytes) {
-        op->complete(desync(tag, op->bytes, bytes));  // the payload is dropped
+      const bool agree = tdist::core::fingerprints_agree(op->check(), check);
+      if (!agree || op->bytes != bytes) {  // the payload is dropped
+        op->complete(agree ? desync(tag, op->bytes, bytes) : mismatch(tag, op->check(), check));
         ++progress->completed;
       } else if (rendezvous) {
         incoming.op = std::move(op);
@@ -314,6 +364,7 @@ std::string Peer::start_message_locked(size_t lane_index, uint64_t tag, uint64_t
         unexpected_.push_back(
             Unexpected{tag,
                        bytes,
+                       check,
                        rendezvous ? nullptr : std::make_unique_for_overwrite<uint8_t[]>(bytes),
                        false,
                        lane_index,
@@ -324,6 +375,12 @@ std::string Peer::start_message_locked(size_t lane_index, uint64_t tag, uint64_t
       }
       incoming.unexpected = &unexpected_.back();
       if (!rendezvous) incoming.dest = incoming.unexpected->data.get();
+      if (check.w0 != 0) {
+        // Counted before the book is read (collective_book.h's `early`).
+        book_.early.fetch_add(1);
+        std::string report = judge(tag, check);
+        if (!report.empty()) return report;
+      }
     }
   }
   if (incoming.bytes == 0) return finish_message_locked(lane_index, progress);
@@ -352,8 +409,10 @@ std::string Peer::finish_message_locked(size_t lane_index, Progress* progress) {
   incoming = Incoming{};
   if (done.tag == kAbortTag) {
     lane.eof = true;
-    return detail::str_cat("rank ", self_rank_, ": rank ", rank_, " (", lane.channel->describe(),
-                           ") aborted its Comm: ", done.control);
+    const bool desynced = !done.control.empty() && done.control.front() == kDesyncMark;
+    return detail::str_cat(desynced ? std::string(1, kDesyncMark) : std::string(), "rank ",
+                           self_rank_, ": rank ", rank_, " (", lane.channel->describe(),
+                           ") aborted its Comm: ", done.control.substr(desynced ? 1 : 0));
   }
   return finish_rendezvous_locked(lane_index, done, progress);
 }

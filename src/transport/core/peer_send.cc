@@ -19,9 +19,11 @@ constexpr int kGoodbyePollMs = 10;
 
 }  // namespace
 
-Peer::Peer(int self_rank, int rank, std::vector<std::unique_ptr<Channel>> lanes)
+Peer::Peer(int self_rank, int rank, std::vector<std::unique_ptr<Channel>> lanes,
+           CollectiveBook& book)
     : self_rank_(self_rank),
       rank_(rank),
+      book_(book),
       lanes_(lanes.size()),
       nlanes_(lanes.size()),
       token_salt_(reinterpret_cast<uint64_t>(this) ^
@@ -41,7 +43,7 @@ std::string Peer::lost(const std::string& reason) const {
                          lanes_.front().channel->describe(), ") lost: ", reason);
 }
 
-std::shared_ptr<Op> Peer::post_send(uint64_t tag, const void* data, size_t bytes,
+std::shared_ptr<Op> Peer::post_send(uint64_t tag, const void* data, size_t bytes, Check check,
                                     std::string* lost_message) {
   if (peer_gone_.load(std::memory_order_acquire)) {
     *lost_message = lost("it already destroyed its Comm, so this send can never be received");
@@ -55,7 +57,7 @@ std::shared_ptr<Op> Peer::post_send(uint64_t tag, const void* data, size_t bytes
   if (bytes <= kInlineSendBytes && !send_error_ && lanes_[lane].send_queue.empty() &&
       (single_copy == 0 || bytes < single_copy) && lost_message->empty() &&
       ((tag & kP2PTagBit) == 0 || bytes < channel.rendezvous_bytes())) {
-    const uint64_t header[2] = {tag, bytes};
+    const uint64_t header[kHeaderWords] = {tag, bytes, check.w0, check.w1};
     const iovec iov[2] = {{const_cast<uint64_t*>(header), kHeaderBytes},
                           {const_cast<void*>(data), bytes}};
     std::string why;
@@ -66,7 +68,7 @@ std::shared_ptr<Op> Peer::post_send(uint64_t tag, const void* data, size_t bytes
       ++send_seq_;
       return nullptr;
     } else if (n > 0) {  // a prefix went: the rest is queued like any partly written send
-      auto op = make_op(rank_, true, tag, const_cast<void*>(data), bytes);
+      auto op = make_op(rank_, true, tag, const_cast<void*>(data), bytes, check);
       ++send_seq_;
       op->lane = lane;
       op->sent = n;
@@ -75,7 +77,7 @@ std::shared_ptr<Op> Peer::post_send(uint64_t tag, const void* data, size_t bytes
       return lanes_[lane].send_queue.back();
     }
   }
-  auto op = make_op(rank_, true, tag, const_cast<void*>(data), bytes);
+  auto op = make_op(rank_, true, tag, const_cast<void*>(data), bytes, check);
   if (send_error_) {
     op->complete(send_error_);
     return op;
@@ -105,7 +107,7 @@ void Peer::make_rendezvous_locked(Op& op, uint64_t flags) {
   op.header[1] = op.bytes | kRendezvousBit;
   const RvDescriptor rv{op.rv_id, reinterpret_cast<uint64_t>(op.data),
                         reinterpret_cast<uint64_t>(&op.rv_token), token, flags};
-  std::memcpy(&op.header[2], &rv, sizeof(rv));
+  std::memcpy(&op.header[kHeaderWords], &rv, sizeof(rv));
   op.header_bytes = kHeaderBytes + sizeof(rv);
   rv_pending_.fetch_add(1, std::memory_order_acq_rel);
 }
@@ -142,7 +144,8 @@ Progress Peer::exchange_rendezvous(std::string* lost_message) {
     op->phase = Op::Phase::kRvData;
     op->header[0] = kRvDataTag;
     op->header[1] = sizeof(uint64_t) + op->bytes;
-    op->header[2] = op->rv_id;
+    op->header[2] = op->header[3] = 0;  // a control frame: no check
+    op->header[kHeaderWords] = op->rv_id;
     op->header_bytes = kHeaderBytes + sizeof(uint64_t);
     op->sent = 0;
     lanes_[op->lane].send_queue.push_back(std::move(op));
@@ -152,7 +155,7 @@ Progress Peer::exchange_rendezvous(std::string* lost_message) {
     auto op = make_op(rank_, true, r.tag, nullptr, 0);
     op->phase = Op::Phase::kControl;
     op->header[1] = sizeof(uint64_t);
-    op->header[2] = r.id;
+    op->header[kHeaderWords] = r.id;
     op->header_bytes = kHeaderBytes + sizeof(uint64_t);
     op->lane = r.lane;
     lanes_[r.lane].send_queue.push_back(std::move(op));
@@ -235,7 +238,7 @@ Progress Peer::flush_lane_locked(size_t lane_index, std::string* lost_message) {
 bool Peer::write_frame_locked(size_t lane_index, uint64_t tag, const std::string& payload,
                               Deadline deadline) {
   Channel& channel = *lanes_[lane_index].channel;
-  uint64_t header[2] = {tag, payload.size()};
+  uint64_t header[kHeaderWords] = {tag, payload.size(), 0, 0};
   size_t done = 0;
   const size_t total = kHeaderBytes + payload.size();
   while (done < total) {

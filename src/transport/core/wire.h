@@ -1,7 +1,10 @@
 // The core's wire format on every channel (channel.h).
 //
-// Every message is a 16-byte header {u64 tag, u64 bytes} in host byte order (ranks of one
-// group share an architecture), followed by `bytes` of payload ("eager"). Tags from
+// Every message is a 32-byte header {u64 tag, u64 bytes, u64 check[2]} in host byte order
+// (ranks of one group share an architecture), followed by `bytes` of payload ("eager").
+// `check` is the sender's fingerprint of the collective the message belongs to
+// (core/op_fingerprint.h; zero outside a checked collective and in control frames): the
+// receiver compares it with its own for the matching receive (Comm::begin_collective). Tags from
 // kFirstControlTag up, outside both tag ranges of comm.h, are control frames, handled on
 // whichever lane they arrive without taking a turn in the send order:
 //   kGoodbyeTag (0 bytes)  the sender is destroying its Comm cleanly; the end of the stream
@@ -40,8 +43,10 @@ namespace tdist::transport::core {
 struct WireHeader {
   uint64_t tag = 0;
   uint64_t bytes = 0;
+  uint64_t check[2] = {};
 };
-static_assert(sizeof(WireHeader) == 16);
+static_assert(sizeof(WireHeader) == 32);
+inline constexpr size_t kHeaderWords = sizeof(WireHeader) / sizeof(uint64_t);
 
 struct RvDescriptor {
   uint64_t id = 0;

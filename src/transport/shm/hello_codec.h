@@ -13,7 +13,7 @@
 namespace tdist::transport::shm {
 
 constexpr uint32_t kHelloMagic = 0x4d536474;  // "tdSM"
-constexpr uint16_t kProtocolVersion = 1;
+constexpr uint16_t kProtocolVersion = 2;      // 2: 32-byte message headers (fingerprints)
 
 struct Hello {
   HelloRoute route{kHelloMagic, kProtocolVersion};

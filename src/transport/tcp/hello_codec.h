@@ -12,7 +12,7 @@
 namespace tdist::transport::tcp {
 
 constexpr uint32_t kHelloMagic = 0x74644354;  // "tdCT"
-constexpr uint16_t kProtocolVersion = 2;      // 2: several sockets per peer (lane, nsocks)
+constexpr uint16_t kProtocolVersion = 3;      // 2: several sockets per peer; 3: 32-byte headers
 constexpr size_t kHelloBytes = 24;
 
 struct Hello {

@@ -1,0 +1,87 @@
+// OpFingerprint (op_fingerprint.h): the packing and the names.
+#include "core/op_fingerprint.h"
+
+#include <sstream>
+
+namespace tdist::core {
+namespace {
+
+// w0: kind (bits 0-7), dtype (8-15), reduce op + 1 or 0 (16-23), root + 1 (32-63).
+constexpr uint64_t kKindMask = 0xFF;
+
+}  // namespace
+
+OpFingerprint::Words OpFingerprint::encode() const {
+  if (kind == OpKind::kNone) return {};
+  const uint64_t w0 = static_cast<uint64_t>(kind) | (uint64_t{static_cast<uint8_t>(dtype)} << 8) |
+                      (has_reduce ? uint64_t{static_cast<uint8_t>(reduce)} + 1 : 0) << 16 |
+                      (uint64_t{static_cast<uint32_t>(root + 1)} << 32);
+  return {w0, count};
+}
+
+OpFingerprint OpFingerprint::decode(Words words) {
+  OpFingerprint fp;
+  fp.kind = static_cast<OpKind>(words.w0 & kKindMask);
+  if (fp.kind == OpKind::kNone) return {};
+  fp.dtype = static_cast<DType>((words.w0 >> 8) & 0xFF);
+  const auto reduce = static_cast<uint8_t>((words.w0 >> 16) & 0xFF);
+  fp.has_reduce = reduce != 0;
+  if (fp.has_reduce) fp.reduce = static_cast<ReduceOpKind>(reduce - 1);
+  fp.root = static_cast<int>(static_cast<uint32_t>(words.w0 >> 32)) - 1;
+  fp.count = words.w1;
+  return fp;
+}
+
+bool fingerprints_agree(OpFingerprint::Words a, OpFingerprint::Words b) {
+  if ((a.w0 & kKindMask) == 0 || (b.w0 & kKindMask) == 0) return true;
+  return a.w0 == b.w0 &&
+         (a.w1 == b.w1 || a.w1 == OpFingerprint::kAnyCount || b.w1 == OpFingerprint::kAnyCount);
+}
+
+const char* op_kind_name(OpKind kind) {
+  switch (kind) {
+    case OpKind::kNone:
+      return "(no collective)";
+    case OpKind::kAllReduce:
+      return "all_reduce";
+    case OpKind::kBroadcast:
+      return "broadcast";
+    case OpKind::kReduce:
+      return "reduce";
+    case OpKind::kAllGather:
+      return "all_gather";
+    case OpKind::kAllGatherv:
+      return "all_gatherv";
+    case OpKind::kGather:
+      return "gather";
+    case OpKind::kScatter:
+      return "scatter";
+    case OpKind::kReduceScatter:
+      return "reduce_scatter";
+    case OpKind::kAllToAll:
+      return "all_to_all";
+    case OpKind::kAllToAllv:
+      return "all_to_allv";
+    case OpKind::kBarrier:
+      return "barrier";
+  }
+  return "(unknown operation)";
+}
+
+std::string OpFingerprint::describe(uint64_t seq) const {
+  std::ostringstream out;
+  out << op_kind_name(kind) << " #" << seq;
+  if (kind == OpKind::kNone || kind == OpKind::kBarrier) return out.str();
+  const std::string_view dtype_text = dtype_name(dtype);
+  if (dtype_text.empty()) {
+    out << " dtype " << static_cast<int>(dtype);
+  } else {
+    out << ' ' << dtype_text;
+  }
+  if (count != kAnyCount) out << " x" << count;
+  if (has_reduce) out << ' ' << reduce_op_name(reduce);
+  if (root != kNoRoot) out << " root " << root;
+  return out.str();
+}
+
+}  // namespace tdist::core

@@ -1,0 +1,67 @@
+// OpFingerprint: what one rank says a collective is — the operation, dtype, count, root and
+// reduce op — packed into two 64-bit words that travel with every message of the
+// collective (transport/core/wire.h), so that a receiver can tell at once when its peer is
+// running another operation, or the same one with other arguments.
+//
+// Two fingerprints agree when either is empty (kind kNone: a message outside any checked
+// collective, e.g. point-to-point) or when every field is equal; kAnyCount (the v-variants,
+// whose counts legitimately differ between ranks) matches any count. premul_sum's factor
+// is left out: ranks may scale by different factors.
+// describe() names it as error messages do: "all_reduce #41 f32 x1024 sum",
+// "broadcast #41 f32 x1024 root 0", "barrier #7".
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "tdist/dtype.h"
+#include "tdist/reduce_op.h"
+
+namespace tdist::core {
+
+enum class OpKind : uint8_t {
+  kNone = 0,
+  kAllReduce,
+  kBroadcast,
+  kReduce,
+  kAllGather,
+  kAllGatherv,
+  kGather,
+  kScatter,
+  kReduceScatter,
+  kAllToAll,
+  kAllToAllv,
+  kBarrier,
+};
+
+struct OpFingerprint {
+  static constexpr uint64_t kAnyCount = std::numeric_limits<uint64_t>::max();
+  static constexpr int kNoRoot = -1;
+
+  OpKind kind = OpKind::kNone;
+  DType dtype = DType::kU8;
+  bool has_reduce = false;
+  ReduceOpKind reduce = ReduceOpKind::kSum;
+  int root = kNoRoot;
+  uint64_t count = 0;
+
+  // The two wire words; {0, 0} for kNone.
+  struct Words {
+    uint64_t w0 = 0;
+    uint64_t w1 = 0;
+  };
+  Words encode() const;
+  static OpFingerprint decode(Words words);
+
+  bool empty() const { return kind == OpKind::kNone; }
+  // "all_reduce #41 f32 x1024 sum"; `seq` is the group's operation number.
+  std::string describe(uint64_t seq) const;
+};
+
+// Whether two encoded fingerprints describe the same collective (see above).
+bool fingerprints_agree(OpFingerprint::Words a, OpFingerprint::Words b);
+
+const char* op_kind_name(OpKind kind);
+
+}  // namespace tdist::core

@@ -1,0 +1,79 @@
+// CollectiveBook: which collective a Comm runs now (Comm::begin_collective) and the last few
+// before it, so that the core can stamp every message of a collective with its fingerprint
+// (wire.h), check the fingerprint of every message it matches, and tell a message that
+// belongs to a collective this rank has already finished (its peer ran another operation, or
+// the same one with another root: a receive this rank never posted).
+//
+// Collectives run one at a time on a Comm, in sequence order (CommProcessGroup's OpQueue),
+// so "finished" is simply "of a lower sequence number than the one running". Until the
+// first begin() nothing is stamped or checked: a Comm used directly (tests, tools) behaves
+// as before. Sequence numbers are compared as the 39 bits a tag holds (comm.h).
+// Thread-safety: begin() and check_for() from the thread that runs the collectives; the rest
+// from any.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "core/op_fingerprint.h"
+#include "tdist/thread_annotations.h"
+
+namespace tdist::transport::core {
+
+class CollectiveBook {
+ public:
+  using Check = tdist::core::OpFingerprint::Words;
+
+  // Collective `seq`, described by `fp`, is the one running from now on.
+  void begin(uint64_t seq, const tdist::core::OpFingerprint& fp);
+  // The check a message with `tag` carries, or a receive of it expects: the running
+  // collective's fingerprint for a collective tag of its sequence number, else empty. For
+  // the thread that calls begin() (it posts the collective's messages).
+  Check check_for(uint64_t tag) const {
+    if (!active_.load(std::memory_order_acquire) || !is_collective(tag) ||
+        tag_seq(tag) != seq_.load(std::memory_order_relaxed)) {
+      return {};
+    }
+    return {w0_.load(std::memory_order_relaxed), w1_.load(std::memory_order_relaxed)};
+  }
+  // What any thread needs to judge a message without a receive, read consistently.
+  struct View {
+    bool finished = false;  // its collective is before the running one
+    Check running;          // the running collective's check if the message is of it
+  };
+  View view(uint64_t tag) const;
+  // The sequence number a collective tag carries.
+  static uint64_t tag_seq(uint64_t tag);
+  // "all_reduce #41 f32 x1024 sum" for a collective recorded here, else "operation #41".
+  std::string describe(uint64_t seq) const;
+
+  // Checked messages that arrived before their receive and wait unexpected (the Peers
+  // count them), so that begin() has to look for bad ones only when there are any. A Peer
+  // counts a message before it calls view(); begin() reads it after it changed the running
+  // collective (under the lock): one of the two sees the other.
+  std::atomic<int> early{0};
+
+ private:
+  static bool is_collective(uint64_t tag);
+  static constexpr size_t kHistory = 16;
+  struct Entry {
+    uint64_t seq = 0;
+    tdist::core::OpFingerprint fp;
+  };
+
+  // The running collective, for check_for's thread (written under mu_ too).
+  std::atomic<bool> active_{false};
+  std::atomic<uint64_t> seq_{0};
+  std::atomic<uint64_t> w0_{0};
+  std::atomic<uint64_t> w1_{0};
+  mutable Mutex mu_;
+  Entry history_[kHistory] TDIST_GUARDED_BY(mu_);  // the running one is the last recorded
+  size_t recorded_ TDIST_GUARDED_BY(mu_) = 0;
+};
+
+// The text of a DesyncError, the lower rank first: "rank 0 called all_reduce #41 f32 x1024
+// sum; rank 1 called broadcast #41 f32 x1024 root 0".
+std::string desync_text(int rank_a, const std::string& op_a, int rank_b, const std::string& op_b);
+
+}  // namespace tdist::transport::core
