@@ -22,6 +22,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tdist/process_group.h"
 #include "tdist/rendezvous.h"
@@ -45,5 +46,12 @@ int get_rank();
 int get_world_size();
 std::string get_backend();
 std::shared_ptr<ProcessGroup> get_default_group();
+
+// Writes the flight records (ProcessGroup::flight_record) of every live group of this
+// process to TDIST_FLIGHT_RECORDER_FILE + global rank + ".json" and returns the paths. A
+// group's first failure (timeout, dead peer, desync) does the same by itself, and so does
+// SIGUSR1 after init_process_group (unless the program handles SIGUSR1).
+// tools/tdist_flight.py merges the files of every rank.
+std::vector<std::string> dump_flight_records();
 
 }  // namespace tdist

@@ -34,6 +34,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <span>
@@ -47,6 +48,12 @@
 #include "tdist/work.h"
 
 namespace tdist {
+namespace core {
+struct OpFingerprint;
+}
+namespace backends {
+class FlightRecorder;
+}
 
 // One send or receive of batch_isend_irecv.
 struct P2POp {
@@ -159,6 +166,17 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // Aborts the group: pending and later operations fail with PeerError on every rank.
   virtual void abort() = 0;
 
+  // ---- debugging ----
+  // "default" for init_process_group's group; a sub-group's is its path below it, e.g.
+  // "group/0" or "split/1/color0" (the same on every member).
+  const std::string& name() const { return name_; }
+  // The flight record: this group's last TDIST_FLIGHT_RECORDER_SIZE collectives (sequence
+  // number, operation, dtype, count, root, reduce op, state, queued/started/finished times
+  // on the steady clock in ns) as one JSON object with the group's name, backend, rank,
+  // size and global ranks. The built-in backends record start and finish; others only
+  // the queueing. dump_flight_records() (distributed.h) writes every group's to a file.
+  std::string flight_record() const;
+
  protected:
   ProcessGroup(std::shared_ptr<Store> store, int rank, int size, std::chrono::milliseconds timeout,
                std::vector<int> global_ranks = {});
@@ -200,6 +218,11 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   virtual WorkPtr do_barrier(uint64_t seq) = 0;
   virtual WorkPtr do_batch_isend_irecv(std::span<const P2POp> ops) = 0;
 
+  // For the flight record: a backend says when collective `seq` starts and finishes (with
+  // its error, or null). The group's first failure writes the flight records.
+  void note_started(uint64_t seq);
+  void note_finished(uint64_t seq, const std::exception_ptr& error);
+
   // The number the next collective will get (for messages, e.g. abort's); never blocks.
   uint64_t next_seq() const { return next_seq_.load(std::memory_order_acquire); }
   // The name of a point-to-point call: "isend" or "irecv" for one op, else
@@ -219,8 +242,11 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // Numbers collectives: a do_* collective runs with issue_mu_ held; next_seq_ is
   // written only under it and read anywhere (so not TDIST_GUARDED_BY).
   template <typename Call>
-  WorkPtr numbered(Call&& call) TDIST_EXCLUDES(issue_mu_);
+  WorkPtr numbered(const core::OpFingerprint& fp, Call&& call) TDIST_EXCLUDES(issue_mu_);
   Mutex issue_mu_;
+  bool registered_ TDIST_GUARDED_BY(issue_mu_) = false;  // in the flight records' registry
+  std::string name_ = "default";
+  std::unique_ptr<backends::FlightRecorder> recorder_;
   std::atomic<uint64_t> next_seq_{0};
   // Numbers monitored_barrier calls (apart from the collectives' next_seq_).
   std::atomic<uint64_t> monitored_barriers_{0};

@@ -50,21 +50,15 @@ std::string what_of(const std::exception_ptr& error) {
   }
 }
 
-Bytes to_bytes(const std::string& text) { return Bytes(text.begin(), text.end()); }
+Bytes text_bytes(const std::string& text) { return Bytes(text.begin(), text.end()); }
 
 size_t bytes_of(size_t count, DType dtype) { return count * dtype_size(dtype); }
 
 core::OpFingerprint fingerprint(core::OpKind kind, DType dtype = DType::kU8, uint64_t count = 0,
                                 std::optional<ReduceOp> op = {},
                                 int root = core::OpFingerprint::kNoRoot) {
-  core::OpFingerprint fp;
-  fp.kind = kind;
-  fp.dtype = dtype;
-  fp.count = count;
-  fp.has_reduce = op.has_value();
-  if (op) fp.reduce = op->kind;
-  fp.root = root;
-  return fp;
+  return core::OpFingerprint::make(kind, dtype, count,
+                                   op ? std::optional(op->kind) : std::nullopt, root);
 }
 
 size_t total(std::span<const size_t> counts) {
@@ -135,17 +129,22 @@ void CommProcessGroup::execute(uint64_t seq, const core::OpFingerprint& fp, Work
   auto where = [&] { return describe(rank(), size(), backend_, work.op(), seq); };
   if (std::exception_ptr failed = comm_->error()) {
     if (std::exception_ptr settled = failure()) failed = settled;
-    work.finish(add_context(failed, where() + ": the group was aborted earlier: "));
+    failed = add_context(failed, where() + ": the group was aborted earlier: ");
+    note_finished(seq, failed);
+    work.finish(failed);
     return;
   }
+  note_started(seq);
   try {
     comm_->begin_collective(seq, fp);
     coll::Ctx ctx{*comm_, seq, core::coarse_deadline_after(timeout()), settings_};
     run(ctx);
+    note_finished(seq, nullptr);
     work.finish();
   } catch (...) {
     std::exception_ptr error = settle(add_context(std::current_exception(), where() + ": "));
     comm_->abort(error);
+    note_finished(seq, error);
     work.finish(error);
   }
 }
@@ -153,7 +152,7 @@ void CommProcessGroup::execute(uint64_t seq, const core::OpFingerprint& fp, Work
 std::exception_ptr CommProcessGroup::settle(std::exception_ptr error) {
   if (is<DesyncError>(error)) {
     try {
-      store()->set(kDesyncKey, to_bytes(what_of(error)));
+      store()->set(kDesyncKey, text_bytes(what_of(error)));
     } catch (const std::exception&) {  // best effort: the peers may say PeerError then
     }
   } else if (is<PeerError>(error)) {

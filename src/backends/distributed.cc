@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "backends/flight_recorder.h"
 #include "tdist/backend.h"
 #include "tdist/error.h"
 #include "tdist/error_file.h"
@@ -68,6 +69,7 @@ void init_process_group(const std::string& backend, const std::string& init_meth
                         int rank, std::chrono::milliseconds timeout, std::shared_ptr<Store> store) {
   // A worker's uncaught exception then reaches the launcher's failure summary.
   record_errors();
+  backends::install_dump_signal();
   InitGuard guard;
   // The backend is checked before anything is contacted.
   BackendFactory factory = backend_factory(backend);
@@ -130,5 +132,9 @@ int get_rank() { return require_group("get_rank")->rank(); }
 int get_world_size() { return require_group("get_world_size")->size(); }
 std::string get_backend() { return require_group("get_backend")->backend_name(); }
 std::shared_ptr<ProcessGroup> get_default_group() { return require_group("get_default_group"); }
+
+std::vector<std::string> dump_flight_records() {
+  return backends::dump_flight_records("on request");
+}
 
 }  // namespace tdist

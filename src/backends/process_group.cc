@@ -9,8 +9,11 @@
 #include <string>
 #include <utility>
 
+#include "backends/flight_recorder.h"
+#include "core/json_string.h"
 #include "tdist/error.h"
 #include "tdist/prefix_store.h"
+#include "tdist/settings.h"
 
 namespace tdist {
 
@@ -20,7 +23,9 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int size,
       rank_(rank),
       size_(size),
       timeout_(timeout),
-      global_ranks_(std::move(global_ranks)) {
+      global_ranks_(std::move(global_ranks)),
+      recorder_(std::make_unique<backends::FlightRecorder>(
+          static_cast<size_t>(setting_int("TDIST_FLIGHT_RECORDER_SIZE")))) {
   TDIST_CHECK(store_ != nullptr, InvalidArgument, "ProcessGroup: the store is null");
   TDIST_CHECK(size_ >= 1, InvalidArgument, "ProcessGroup: size ", size_, " is below 1");
   TDIST_CHECK(rank_ >= 0 && rank_ < size_, InvalidArgument, "ProcessGroup: rank ", rank_,
@@ -56,8 +61,44 @@ std::shared_ptr<ProcessGroup> ProcessGroup::make_member_group(const std::vector<
   globals.reserve(members.size());
   for (int r : members) globals.push_back(global_rank(r));
   auto sub_store = std::make_shared<PrefixStore>(name, store_);
-  return make_subgroup(std::move(sub_store), static_cast<int>(me - members.begin()),
-                       static_cast<int>(members.size()), std::move(globals));
+  std::shared_ptr<ProcessGroup> group =
+      make_subgroup(std::move(sub_store), static_cast<int>(me - members.begin()),
+                    static_cast<int>(members.size()), std::move(globals));
+  if (group) group->name_ = name_ == "default" ? name : name_ + "/" + name;
+  return group;
+}
+
+std::string ProcessGroup::flight_record() const {
+  std::string out = "{\"name\":\"";
+  detail::append_json_string(out, name_);
+  out += "\",\"backend\":\"";
+  detail::append_json_string(out, backend_name());
+  out += "\",\"rank\":" + std::to_string(rank_) + ",\"size\":" + std::to_string(size_) +
+         ",\"global_ranks\":[";
+  for (size_t i = 0; i < global_ranks_.size(); ++i) {
+    if (i > 0) out += ",";
+    out += std::to_string(global_ranks_[i]);
+  }
+  out += "],\"next_seq\":" + std::to_string(next_seq()) + ",\"record\":" + recorder_->ops_json() +
+         "}";
+  return out;
+}
+
+void ProcessGroup::note_started(uint64_t seq) { recorder_->started(seq); }
+
+void ProcessGroup::note_finished(uint64_t seq, const std::exception_ptr& error) {
+  if (!recorder_->finished(seq, error)) return;
+  // The group's first failure: what every group of this process was doing.
+  try {
+    std::rethrow_exception(error);
+  } catch (const TimeoutError&) {
+    backends::dump_flight_records("timeout in group " + name_);
+  } catch (const DesyncError&) {
+    backends::dump_flight_records("desync in group " + name_);
+  } catch (const PeerError&) {
+    backends::dump_flight_records("peer error in group " + name_);
+  } catch (...) {  // a user's mistake (InvalidArgument and the like): no dump
+  }
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks) {

@@ -4,11 +4,16 @@
 #include <cstdint>
 #include <limits>
 
+#include "backends/flight_recorder.h"
+#include "core/op_fingerprint.h"
 #include "tdist/error.h"
 #include "tdist/process_group.h"
 
 namespace tdist {
 namespace {
+
+using core::OpKind;
+using Fp = core::OpFingerprint;
 
 constexpr size_t kMaxSize = std::numeric_limits<size_t>::max();
 
@@ -60,9 +65,14 @@ void check_peer(const char* op, int peer, int rank, int size) {
 }  // namespace
 
 template <typename Call>
-WorkPtr ProcessGroup::numbered(Call&& call) {
+WorkPtr ProcessGroup::numbered(const core::OpFingerprint& fp, Call&& call) {
   MutexLock lock(issue_mu_);
   const uint64_t seq = next_seq_.load(std::memory_order_relaxed);
+  if (!registered_) {
+    registered_ = true;
+    backends::register_group(weak_from_this());
+  }
+  recorder_->enqueued(seq, fp);
   WorkPtr work = call(seq);
   next_seq_.store(seq + 1, std::memory_order_release);
   return work;
@@ -79,14 +89,14 @@ WorkPtr ProcessGroup::all_reduce(const void* send, void* recv, size_t count, DTy
   validate(op, dtype);
   check_buffer("all_reduce", "send", send, count);
   check_buffer("all_reduce", "recv", recv, count);
-  return numbered([&](uint64_t seq) { return do_all_reduce(seq, send, recv, count, dtype, op); });
+  return numbered(Fp::make(OpKind::kAllReduce, dtype, count, op.kind), [&](uint64_t seq) { return do_all_reduce(seq, send, recv, count, dtype, op); });
 }
 
 WorkPtr ProcessGroup::broadcast(void* data, size_t count, DType dtype, int root) {
   check_root("broadcast", root, size_);
   check_bytes("broadcast", count, dtype);
   check_buffer("broadcast", "data", data, count);
-  return numbered([&](uint64_t seq) { return do_broadcast(seq, data, count, dtype, root); });
+  return numbered(Fp::make(OpKind::kBroadcast, dtype, count, {}, root), [&](uint64_t seq) { return do_broadcast(seq, data, count, dtype, root); });
 }
 
 WorkPtr ProcessGroup::reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
@@ -96,14 +106,14 @@ WorkPtr ProcessGroup::reduce(const void* send, void* recv, size_t count, DType d
   check_root("reduce", root, size_);
   check_buffer("reduce", "send", send, count);
   if (rank_ == root) check_buffer("reduce", "recv", recv, count);
-  return numbered([&](uint64_t seq) { return do_reduce(seq, send, recv, count, dtype, op, root); });
+  return numbered(Fp::make(OpKind::kReduce, dtype, count, op.kind, root), [&](uint64_t seq) { return do_reduce(seq, send, recv, count, dtype, op, root); });
 }
 
 WorkPtr ProcessGroup::all_gather(const void* send, void* recv, size_t count, DType dtype) {
   check_bytes("all_gather", count, dtype, static_cast<size_t>(size_));
   check_buffer("all_gather", "send", send, count);
   check_buffer("all_gather", "recv", recv, count);
-  return numbered([&](uint64_t seq) { return do_all_gather(seq, send, recv, count, dtype); });
+  return numbered(Fp::make(OpKind::kAllGather, dtype, count), [&](uint64_t seq) { return do_all_gather(seq, send, recv, count, dtype); });
 }
 
 WorkPtr ProcessGroup::all_gatherv(const void* send, size_t send_count, void* recv,
@@ -116,7 +126,7 @@ WorkPtr ProcessGroup::all_gatherv(const void* send, size_t send_count, void* rec
   const size_t total = checked_total("all_gatherv", "recv", recv_counts, dtype);
   check_buffer("all_gatherv", "send", send, send_count);
   check_buffer("all_gatherv", "recv", recv, total);
-  return numbered([&](uint64_t seq) {
+  return numbered(Fp::make(OpKind::kAllGatherv, dtype, total), [&](uint64_t seq) {
     return do_all_gatherv(seq, send, send_count, recv, recv_counts, dtype);
   });
 }
@@ -126,7 +136,7 @@ WorkPtr ProcessGroup::gather(const void* send, void* recv, size_t count, DType d
   check_bytes("gather", count, dtype, static_cast<size_t>(size_));
   check_buffer("gather", "send", send, count);
   if (rank_ == root) check_buffer("gather", "recv", recv, count);
-  return numbered([&](uint64_t seq) { return do_gather(seq, send, recv, count, dtype, root); });
+  return numbered(Fp::make(OpKind::kGather, dtype, count, {}, root), [&](uint64_t seq) { return do_gather(seq, send, recv, count, dtype, root); });
 }
 
 WorkPtr ProcessGroup::scatter(const void* send, void* recv, size_t count, DType dtype, int root) {
@@ -134,7 +144,7 @@ WorkPtr ProcessGroup::scatter(const void* send, void* recv, size_t count, DType 
   check_bytes("scatter", count, dtype, static_cast<size_t>(size_));
   check_buffer("scatter", "recv", recv, count);
   if (rank_ == root) check_buffer("scatter", "send", send, count);
-  return numbered([&](uint64_t seq) { return do_scatter(seq, send, recv, count, dtype, root); });
+  return numbered(Fp::make(OpKind::kScatter, dtype, count, {}, root), [&](uint64_t seq) { return do_scatter(seq, send, recv, count, dtype, root); });
 }
 
 WorkPtr ProcessGroup::reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
@@ -144,6 +154,7 @@ WorkPtr ProcessGroup::reduce_scatter(const void* send, void* recv, size_t count,
   check_buffer("reduce_scatter", "send", send, count);
   check_buffer("reduce_scatter", "recv", recv, count);
   return numbered(
+      Fp::make(OpKind::kReduceScatter, dtype, count, op.kind),
       [&](uint64_t seq) { return do_reduce_scatter(seq, send, recv, count, dtype, op); });
 }
 
@@ -151,7 +162,7 @@ WorkPtr ProcessGroup::all_to_all(const void* send, void* recv, size_t count, DTy
   check_bytes("all_to_all", count, dtype, static_cast<size_t>(size_));
   check_buffer("all_to_all", "send", send, count);
   check_buffer("all_to_all", "recv", recv, count);
-  return numbered([&](uint64_t seq) { return do_all_to_all(seq, send, recv, count, dtype); });
+  return numbered(Fp::make(OpKind::kAllToAll, dtype, count), [&](uint64_t seq) { return do_all_to_all(seq, send, recv, count, dtype); });
 }
 
 WorkPtr ProcessGroup::all_to_allv(const void* send, std::span<const size_t> send_counts, void* recv,
@@ -164,13 +175,13 @@ WorkPtr ProcessGroup::all_to_allv(const void* send, std::span<const size_t> send
                checked_total("all_to_allv", "send", send_counts, dtype));
   check_buffer("all_to_allv", "recv", recv,
                checked_total("all_to_allv", "recv", recv_counts, dtype));
-  return numbered([&](uint64_t seq) {
+  return numbered(Fp::make(OpKind::kAllToAllv, dtype, Fp::kAnyCount), [&](uint64_t seq) {
     return do_all_to_allv(seq, send, send_counts, recv, recv_counts, dtype);
   });
 }
 
 WorkPtr ProcessGroup::barrier() {
-  return numbered([&](uint64_t seq) { return do_barrier(seq); });
+  return numbered(Fp::make(OpKind::kBarrier), [&](uint64_t seq) { return do_barrier(seq); });
 }
 
 WorkPtr ProcessGroup::isend(const void* data, size_t count, DType dtype, int dst, uint32_t tag) {

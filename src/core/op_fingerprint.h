@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "tdist/dtype.h"
@@ -51,6 +52,18 @@ struct OpFingerprint {
     uint64_t w0 = 0;
     uint64_t w1 = 0;
   };
+  static OpFingerprint make(OpKind kind, DType dtype = DType::kU8, uint64_t count = 0,
+                            std::optional<ReduceOpKind> reduce = {}, int root = kNoRoot) {
+    OpFingerprint fp;
+    fp.kind = kind;
+    fp.dtype = dtype;
+    fp.count = count;
+    fp.has_reduce = reduce.has_value();
+    if (reduce) fp.reduce = *reduce;
+    fp.root = root;
+    return fp;
+  }
+
   Words encode() const;
   static OpFingerprint decode(Words words);
 

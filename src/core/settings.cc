@@ -51,6 +51,12 @@ constexpr auto kSettings = std::to_array<Setting>({
      "engine of the Python torch.distributed backend \"tdist\" when its options name none: "
      "auto, tcp or shm",
      SettingType::kText, 0, -1, "auto|tcp|shm"},
+    {"TDIST_FLIGHT_RECORDER_FILE", "/tmp/tdist_flight_rank_",
+     "where flight records go: this prefix, the global rank and \".json\" (written on a group's "
+     "first failure, on SIGUSR1 and on request; merge them with tools/tdist_flight.py)"},
+    {"TDIST_FLIGHT_RECORDER_SIZE", "1024",
+     "collectives each process group remembers for its flight record (0 = none)",
+     SettingType::kInt, 0, 1 << 24},
     {"TDIST_LOG_LEVEL", "warn", "log level: trace, debug, info, warn, error or off",
      SettingType::kText, 0, -1, "trace|debug|info|warn|warning|error|off|none"},
     {"TDIST_POLL_US", "1000",

@@ -120,11 +120,15 @@ void MpiProcessGroup::execute(uint64_t seq, Work& work, const std::function<void
     earlier = aborted_;
   }
   if (earlier) {
-    work.finish(add_context(earlier, where + ": the group was aborted earlier: "));
+    earlier = add_context(earlier, where + ": the group was aborted earlier: ");
+    note_finished(seq, earlier);
+    work.finish(earlier);
     return;
   }
+  note_started(seq);
   try {
     run(comm_);
+    note_finished(seq, nullptr);
     work.finish();
   } catch (...) {
     std::exception_ptr error = add_context(std::current_exception(), where + ": ");
@@ -132,6 +136,7 @@ void MpiProcessGroup::execute(uint64_t seq, Work& work, const std::function<void
       MutexLock lock(mu_);
       if (!aborted_) aborted_ = error;
     }
+    note_finished(seq, error);
     work.finish(error);
   }
 }
