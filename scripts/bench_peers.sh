@@ -8,8 +8,16 @@
 # Both bind each rank to a core (mpirun's default; BIND=none leaves tdist's unbound).
 # Needs: a build (BUILD=dir, default build), openmpi-bin, libopenmpi-dev; python3-torch
 # for the gloo line (skipped without it).
-# Usage: bash scripts/bench_peers.sh [WORLD] [MAX_BYTES] [ROUNDS]   (2 67108864 3)
+# --csv DIR also writes DIR/SYSTEM.csv for each system (tdist-shm, tdist-tcp, openmpi-shm,
+# openmpi-tcp, gloo): the medians with tdist-bench --csv's columns, for
+# scripts/plot_busbw.py (scripts/peers/peers_csv.py).
+# Usage: bash scripts/bench_peers.sh [--csv DIR] [WORLD] [MAX_BYTES] [ROUNDS]   (2 67108864 3)
 set -euo pipefail
+csv_dir=
+if [[ ${1:-} == --csv ]]; then
+  csv_dir=$(realpath -m "${2:?--csv needs a directory}")
+  shift 2
+fi
 cd "$(dirname "$0")/.."
 world=${1:-2}
 max=${2:-67108864}
@@ -54,3 +62,6 @@ if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
                         print "sys=gloo" l; l = "" }' >>"$raw"
 fi
 python3 scripts/peers/summarize_peers.py "$world" "$raw"
+if [[ -n $csv_dir ]]; then
+  python3 scripts/peers/peers_csv.py "$world" "$raw" "$csv_dir"
+fi

@@ -176,6 +176,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // size and global ranks. The built-in backends record start and finish; others only
   // the queueing. dump_flight_records() (distributed.h) writes every group's to a file.
   std::string flight_record() const;
+  // The recorder itself, for tdist's own status and hang reports (an internal type).
+  const backends::FlightRecorder& flight_recorder() const { return *recorder_; }
 
  protected:
   ProcessGroup(std::shared_ptr<Store> store, int rank, int size, std::chrono::milliseconds timeout,
@@ -247,6 +249,13 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   bool registered_ TDIST_GUARDED_BY(issue_mu_) = false;  // in the flight records' registry
   std::string name_ = "default";
   std::unique_ptr<backends::FlightRecorder> recorder_;
+  // TDIST_TRACE (backends/trace.h): this group's track in the timeline, -1 until its first
+  // collective; a traced group writes the buffered events when it is destroyed.
+  struct TraceTrack {
+    std::atomic<int> id{-1};
+    ~TraceTrack();
+  };
+  TraceTrack trace_track_;
   std::atomic<uint64_t> next_seq_{0};
   // Numbers monitored_barrier calls (apart from the collectives' next_seq_).
   std::atomic<uint64_t> monitored_barriers_{0};

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "backends/error_context.h"
+#include "backends/status.h"
 #include "collectives/collectives.h"
 #include "core/block_cache.h"
 #include "core/coarse_clock.h"
@@ -29,27 +30,6 @@ constexpr const char* kDesyncKey = "desync";
 // right after.
 constexpr auto kDesyncLookup = std::chrono::milliseconds(250);
 
-template <typename E>
-bool is(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const E&) {
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
-
-std::string what_of(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "unknown error";
-  }
-}
-
 Bytes text_bytes(const std::string& text) { return Bytes(text.begin(), text.end()); }
 
 size_t bytes_of(size_t count, DType dtype) { return count * dtype_size(dtype); }
@@ -57,8 +37,8 @@ size_t bytes_of(size_t count, DType dtype) { return count * dtype_size(dtype); }
 core::OpFingerprint fingerprint(core::OpKind kind, DType dtype = DType::kU8, uint64_t count = 0,
                                 std::optional<ReduceOp> op = {},
                                 int root = core::OpFingerprint::kNoRoot) {
-  return core::OpFingerprint::make(kind, dtype, count,
-                                   op ? std::optional(op->kind) : std::nullopt, root);
+  return core::OpFingerprint::make(kind, dtype, count, op ? std::optional(op->kind) : std::nullopt,
+                                   root);
 }
 
 size_t total(std::span<const size_t> counts) {
@@ -142,20 +122,29 @@ void CommProcessGroup::execute(uint64_t seq, const core::OpFingerprint& fp, Work
     note_finished(seq, nullptr);
     work.finish();
   } catch (...) {
-    std::exception_ptr error = settle(add_context(std::current_exception(), where() + ": "));
+    std::exception_ptr error = settle(seq, add_context(std::current_exception(), where() + ": "));
     comm_->abort(error);
     note_finished(seq, error);
     work.finish(error);
   }
 }
 
-std::exception_ptr CommProcessGroup::settle(std::exception_ptr error) {
-  if (is<DesyncError>(error)) {
+std::exception_ptr CommProcessGroup::settle(uint64_t seq, std::exception_ptr error) {
+  if (is_a<TimeoutError>(error) && what_of(error).find("; not arrived: ") == std::string::npos) {
+    // Which ranks never arrived, asked of the job (status.h) within 2 s, unless the peer
+    // whose timeout this is (its abort notice) said so already.
+    const std::vector<std::string> missing = diagnose_wait(*this, seq);
+    if (!missing.empty()) {
+      std::string text = what_of(error) + "; not arrived: ";
+      for (size_t i = 0; i < missing.size(); ++i) text += (i > 0 ? "; " : "") + missing[i];
+      error = std::make_exception_ptr(TimeoutError(text));
+    }
+  } else if (is_a<DesyncError>(error)) {
     try {
       store()->set(kDesyncKey, text_bytes(what_of(error)));
     } catch (const std::exception&) {  // best effort: the peers may say PeerError then
     }
-  } else if (is<PeerError>(error)) {
+  } else if (is_a<PeerError>(error)) {
     try {
       store()->wait({kDesyncKey}, Deadline::after(kDesyncLookup));
       const Bytes text = store()->get(kDesyncKey);

@@ -84,10 +84,11 @@ class CommProcessGroup : public ProcessGroup {
   WorkPtr enqueue(uint64_t seq, const core::OpFingerprint& fp, Run run);
   void execute(uint64_t seq, const core::OpFingerprint& fp, Work& work,
                const std::function<void(const coll::Ctx&)>& run);
-  // The error an operation failed with, as the group reports it from now on: a DesyncError
-  // is left in the store for the peers; a PeerError becomes a DesyncError when a peer left
-  // one there (its abort notice may not have arrived before the connection broke).
-  std::exception_ptr settle(std::exception_ptr error);
+  // The error operation `seq` failed with, as the group reports it from now on: a
+  // TimeoutError names the ranks that never arrived (status.h); a DesyncError is left in
+  // the store for the peers; a PeerError becomes a DesyncError when a peer left one there
+  // (its abort notice may not have arrived before the connection broke).
+  std::exception_ptr settle(uint64_t seq, std::exception_ptr error);
   std::exception_ptr failure() const;  // the first settled error, or null
 
   const std::string backend_;

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "backends/flight_recorder.h"
+#include "backends/status.h"
 #include "tdist/backend.h"
 #include "tdist/error.h"
 #include "tdist/error_file.h"
@@ -103,6 +104,7 @@ void init_process_group(const std::string& backend, const std::string& init_meth
     w.group = group;
   }
   set_log_rank(joined.rank);
+  backends::start_status_responder(group);
   TDIST_LOG(kInfo) << "initialized process group: backend " << group->backend_name() << ", rank "
                    << joined.rank << " of " << joined.world_size;
 }
@@ -119,6 +121,7 @@ void destroy_process_group() {
     w.group = nullptr;
   }
   set_log_rank(-1);
+  backends::stop_status_responder();
   group.reset();  // outside the lock: a backend's teardown may block
 }
 

@@ -16,4 +16,19 @@ std::string describe(int rank, int size, const std::string& backend, const std::
 // (unless it already starts with it). Non-tdist exceptions become Error.
 std::exception_ptr add_context(std::exception_ptr error, const std::string& prefix);
 
+// The exception's what() ("unknown error" for a non-std exception).
+std::string what_of(const std::exception_ptr& error);
+
+// Whether the exception is (derived from) E.
+template <typename E>
+bool is_a(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const E&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
 }  // namespace tdist::backends

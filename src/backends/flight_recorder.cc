@@ -11,6 +11,7 @@
 #include <map>
 #include <thread>
 
+#include "backends/error_context.h"
 #include "core/json_string.h"
 #include "tdist/logging.h"
 #include "tdist/process_group.h"
@@ -40,16 +41,6 @@ void append_fp(std::string& out, const core::OpFingerprint& fp) {
     out += "\"";
   }
   if (fp.root != core::OpFingerprint::kNoRoot) out += ",\"root\":" + std::to_string(fp.root);
-}
-
-std::string error_text(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "unknown error";
-  }
 }
 
 struct Registry {
@@ -122,7 +113,7 @@ bool FlightRecorder::finished(uint64_t seq, const std::exception_ptr& error) {
     r->failed = error != nullptr;
   }
   if (error == nullptr || !first_error_.empty()) return false;
-  first_error_ = error_text(error);
+  first_error_ = what_of(error);
   return true;
 }
 
@@ -173,6 +164,14 @@ FlightRecorder::Summary FlightRecorder::summary() const {
   return s;
 }
 
+std::optional<FlightRecorder::Entry> FlightRecorder::find(uint64_t seq) const {
+  if (capacity_ == 0) return std::nullopt;
+  MutexLock lock(mu_);
+  const Record& r = ring_[seq % capacity_];
+  if (!r.used || r.seq != seq) return std::nullopt;
+  return Entry{r.fp, r.enqueued_ns, r.started_ns, r.finished_ns, r.failed};
+}
+
 void register_group(const std::weak_ptr<ProcessGroup>& group) {
   Registry& r = registry();
   MutexLock lock(r.mu);
@@ -180,15 +179,18 @@ void register_group(const std::weak_ptr<ProcessGroup>& group) {
   r.groups.push_back(group);
 }
 
-std::vector<std::string> dump_flight_records(const std::string& reason) {
+std::vector<std::shared_ptr<ProcessGroup>> live_groups() {
   std::vector<std::shared_ptr<ProcessGroup>> groups;
-  {
-    Registry& r = registry();
-    MutexLock lock(r.mu);
-    for (const auto& weak : r.groups) {
-      if (auto g = weak.lock()) groups.push_back(std::move(g));
-    }
+  Registry& r = registry();
+  MutexLock lock(r.mu);
+  for (const auto& weak : r.groups) {
+    if (auto g = weak.lock()) groups.push_back(std::move(g));
   }
+  return groups;
+}
+
+std::vector<std::string> dump_flight_records(const std::string& reason) {
+  const std::vector<std::shared_ptr<ProcessGroup>> groups = live_groups();
   // One file per global rank (ranks as threads in one process each get theirs).
   std::map<int, std::string> by_rank;
   for (const auto& g : groups) {

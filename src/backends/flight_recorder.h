@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,16 @@ class FlightRecorder {
   };
   Summary summary() const;
 
+  // Collective `seq` as recorded, while the ring still holds it (the timeline, trace.h).
+  struct Entry {
+    core::OpFingerprint fp;
+    int64_t enqueued_ns = 0;
+    int64_t started_ns = 0;   // 0: not started
+    int64_t finished_ns = 0;  // 0: not finished
+    bool failed = false;
+  };
+  std::optional<Entry> find(uint64_t seq) const;
+
  private:
   struct Record {
     uint64_t seq = 0;
@@ -78,6 +89,7 @@ int64_t steady_ns();
 
 // Process-wide: the live groups (ProcessGroup registers itself at its first collective).
 void register_group(const std::weak_ptr<ProcessGroup>& group);
+std::vector<std::shared_ptr<ProcessGroup>> live_groups();
 // Writes the flight records of every live group, one file per global rank among them;
 // returns the paths (empty when writing failed, which is logged). `reason` goes into the
 // files ("timeout", "SIGUSR1", ...).

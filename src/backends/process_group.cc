@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "backends/flight_recorder.h"
+#include "backends/trace.h"
 #include "core/json_string.h"
 #include "tdist/error.h"
 #include "tdist/prefix_store.h"
@@ -79,15 +80,33 @@ std::string ProcessGroup::flight_record() const {
     if (i > 0) out += ",";
     out += std::to_string(global_ranks_[i]);
   }
-  out += "],\"next_seq\":" + std::to_string(next_seq()) + ",\"record\":" + recorder_->ops_json() +
-         "}";
+  out +=
+      "],\"next_seq\":" + std::to_string(next_seq()) + ",\"record\":" + recorder_->ops_json() + "}";
   return out;
+}
+
+ProcessGroup::TraceTrack::~TraceTrack() {
+  if (id.load(std::memory_order_relaxed) < 0) return;  // untraced, or no collective
+  try {
+    (void)backends::flush_trace();
+  } catch (const std::exception&) {  // out of memory: the exit writes what is left
+  }
 }
 
 void ProcessGroup::note_started(uint64_t seq) { recorder_->started(seq); }
 
 void ProcessGroup::note_finished(uint64_t seq, const std::exception_ptr& error) {
-  if (!recorder_->finished(seq, error)) return;
+  const bool first_failure = recorder_->finished(seq, error);
+  if (backends::trace_enabled()) {
+    const int rank = global_ranks_[static_cast<size_t>(rank_)];
+    int track = trace_track_.id.load(std::memory_order_relaxed);
+    if (track < 0) {  // the same number whoever asks first
+      track = backends::trace_track(rank, "group " + name_ + " (" + backend_name() + ")");
+      trace_track_.id.store(track, std::memory_order_relaxed);
+    }
+    backends::trace_collective(rank, track, name_, seq, *recorder_, error);
+  }
+  if (!first_failure) return;
   // The group's first failure: what every group of this process was doing.
   try {
     std::rethrow_exception(error);

@@ -89,14 +89,16 @@ WorkPtr ProcessGroup::all_reduce(const void* send, void* recv, size_t count, DTy
   validate(op, dtype);
   check_buffer("all_reduce", "send", send, count);
   check_buffer("all_reduce", "recv", recv, count);
-  return numbered(Fp::make(OpKind::kAllReduce, dtype, count, op.kind), [&](uint64_t seq) { return do_all_reduce(seq, send, recv, count, dtype, op); });
+  return numbered(Fp::make(OpKind::kAllReduce, dtype, count, op.kind),
+                  [&](uint64_t seq) { return do_all_reduce(seq, send, recv, count, dtype, op); });
 }
 
 WorkPtr ProcessGroup::broadcast(void* data, size_t count, DType dtype, int root) {
   check_root("broadcast", root, size_);
   check_bytes("broadcast", count, dtype);
   check_buffer("broadcast", "data", data, count);
-  return numbered(Fp::make(OpKind::kBroadcast, dtype, count, {}, root), [&](uint64_t seq) { return do_broadcast(seq, data, count, dtype, root); });
+  return numbered(Fp::make(OpKind::kBroadcast, dtype, count, {}, root),
+                  [&](uint64_t seq) { return do_broadcast(seq, data, count, dtype, root); });
 }
 
 WorkPtr ProcessGroup::reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
@@ -106,14 +108,16 @@ WorkPtr ProcessGroup::reduce(const void* send, void* recv, size_t count, DType d
   check_root("reduce", root, size_);
   check_buffer("reduce", "send", send, count);
   if (rank_ == root) check_buffer("reduce", "recv", recv, count);
-  return numbered(Fp::make(OpKind::kReduce, dtype, count, op.kind, root), [&](uint64_t seq) { return do_reduce(seq, send, recv, count, dtype, op, root); });
+  return numbered(Fp::make(OpKind::kReduce, dtype, count, op.kind, root),
+                  [&](uint64_t seq) { return do_reduce(seq, send, recv, count, dtype, op, root); });
 }
 
 WorkPtr ProcessGroup::all_gather(const void* send, void* recv, size_t count, DType dtype) {
   check_bytes("all_gather", count, dtype, static_cast<size_t>(size_));
   check_buffer("all_gather", "send", send, count);
   check_buffer("all_gather", "recv", recv, count);
-  return numbered(Fp::make(OpKind::kAllGather, dtype, count), [&](uint64_t seq) { return do_all_gather(seq, send, recv, count, dtype); });
+  return numbered(Fp::make(OpKind::kAllGather, dtype, count),
+                  [&](uint64_t seq) { return do_all_gather(seq, send, recv, count, dtype); });
 }
 
 WorkPtr ProcessGroup::all_gatherv(const void* send, size_t send_count, void* recv,
@@ -136,7 +140,8 @@ WorkPtr ProcessGroup::gather(const void* send, void* recv, size_t count, DType d
   check_bytes("gather", count, dtype, static_cast<size_t>(size_));
   check_buffer("gather", "send", send, count);
   if (rank_ == root) check_buffer("gather", "recv", recv, count);
-  return numbered(Fp::make(OpKind::kGather, dtype, count, {}, root), [&](uint64_t seq) { return do_gather(seq, send, recv, count, dtype, root); });
+  return numbered(Fp::make(OpKind::kGather, dtype, count, {}, root),
+                  [&](uint64_t seq) { return do_gather(seq, send, recv, count, dtype, root); });
 }
 
 WorkPtr ProcessGroup::scatter(const void* send, void* recv, size_t count, DType dtype, int root) {
@@ -144,7 +149,8 @@ WorkPtr ProcessGroup::scatter(const void* send, void* recv, size_t count, DType 
   check_bytes("scatter", count, dtype, static_cast<size_t>(size_));
   check_buffer("scatter", "recv", recv, count);
   if (rank_ == root) check_buffer("scatter", "send", send, count);
-  return numbered(Fp::make(OpKind::kScatter, dtype, count, {}, root), [&](uint64_t seq) { return do_scatter(seq, send, recv, count, dtype, root); });
+  return numbered(Fp::make(OpKind::kScatter, dtype, count, {}, root),
+                  [&](uint64_t seq) { return do_scatter(seq, send, recv, count, dtype, root); });
 }
 
 WorkPtr ProcessGroup::reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
@@ -153,16 +159,17 @@ WorkPtr ProcessGroup::reduce_scatter(const void* send, void* recv, size_t count,
   validate(op, dtype);
   check_buffer("reduce_scatter", "send", send, count);
   check_buffer("reduce_scatter", "recv", recv, count);
-  return numbered(
-      Fp::make(OpKind::kReduceScatter, dtype, count, op.kind),
-      [&](uint64_t seq) { return do_reduce_scatter(seq, send, recv, count, dtype, op); });
+  return numbered(Fp::make(OpKind::kReduceScatter, dtype, count, op.kind), [&](uint64_t seq) {
+    return do_reduce_scatter(seq, send, recv, count, dtype, op);
+  });
 }
 
 WorkPtr ProcessGroup::all_to_all(const void* send, void* recv, size_t count, DType dtype) {
   check_bytes("all_to_all", count, dtype, static_cast<size_t>(size_));
   check_buffer("all_to_all", "send", send, count);
   check_buffer("all_to_all", "recv", recv, count);
-  return numbered(Fp::make(OpKind::kAllToAll, dtype, count), [&](uint64_t seq) { return do_all_to_all(seq, send, recv, count, dtype); });
+  return numbered(Fp::make(OpKind::kAllToAll, dtype, count),
+                  [&](uint64_t seq) { return do_all_to_all(seq, send, recv, count, dtype); });
 }
 
 WorkPtr ProcessGroup::all_to_allv(const void* send, std::span<const size_t> send_counts, void* recv,

@@ -55,8 +55,8 @@ constexpr auto kSettings = std::to_array<Setting>({
      "where flight records go: this prefix, the global rank and \".json\" (written on a group's "
      "first failure, on SIGUSR1 and on request; merge them with tools/tdist_flight.py)"},
     {"TDIST_FLIGHT_RECORDER_SIZE", "1024",
-     "collectives each process group remembers for its flight record (0 = none)",
-     SettingType::kInt, 0, 1 << 24},
+     "collectives each process group remembers for its flight record (0 = none)", SettingType::kInt,
+     0, 1 << 24},
     {"TDIST_LOG_LEVEL", "warn", "log level: trace, debug, info, warn, error or off",
      SettingType::kText, 0, -1, "trace|debug|info|warn|warning|error|off|none"},
     {"TDIST_POLL_US", "1000",
@@ -123,10 +123,17 @@ constexpr auto kSettings = std::to_array<Setting>({
     {"TDIST_TLS_CERT", "", "this process's TLS certificate chain (PEM file); see TDIST_TLS_CA"},
     {"TDIST_TLS_KEY", "",
      "this process's TLS private key (PEM file, not readable by others); see TDIST_TLS_CA"},
+    {"TDIST_TRACE", "",
+     "folder for a Chrome/Perfetto timeline of every collective and DDP bucket: "
+     "tdist_trace_rank<rank>.json per rank, merged by tdistrun into tdist_trace.json"},
     {"TDIST_USE_AGENT_STORE", "0",
      "1 when the launcher hosts the TCPStore at MASTER_ADDR:MASTER_PORT and rank 0 only connects "
      "(torch: TORCHELASTIC_USE_AGENT_STORE)",
      SettingType::kBool},
+    {"TDIST_WAIT_WARNING", "60",
+     "seconds a collective may wait before its rank asks the job which ranks have not arrived "
+     "and logs them (they then also appear in the collective's timeout error; 0 = never)",
+     SettingType::kSeconds, 0, kYear},
 });
 
 bool sorted_by_name() {

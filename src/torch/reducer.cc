@@ -13,6 +13,7 @@
 #include <exception>
 #include <utility>
 
+#include "backends/trace.h"
 #include "tdist/error.h"
 #include "tdist/logging.h"
 #include "tdist/torch/types.h"
@@ -74,6 +75,10 @@ Reducer::Reducer(std::vector<NamedTensor> params, std::shared_ptr<ProcessGroup> 
     params_.push_back(std::move(param));
   }
   ready_.assign(params_.size(), 0);
+  if (backends::trace_enabled()) {
+    trace_rank_ = group_->global_rank(group_->rank());
+    trace_track_ = backends::trace_track(trace_rank_, "DDP buckets");
+  }
   std::vector<size_t> reversed(params_.size());
   for (size_t i = 0; i < reversed.size(); ++i) reversed[i] = reversed.size() - 1 - i;
   build_buckets(reversed);
@@ -195,7 +200,39 @@ void Reducer::launch_full_buckets() {
     next.work = hook_->run(*group_, next.grad);
     TDIST_CHECK(next.work != nullptr, Error, "DDP: the comm hook returned no Work for bucket ",
                 next.grad.index);
+    if (trace_rank_ >= 0) trace_launched(next);
   }
+}
+
+namespace {
+
+backends::TraceArgs bucket_args(size_t index, size_t bytes, size_t params) {
+  backends::TraceArgs args;
+  args.add_uint("bucket", index).add_uint("bytes", bytes).add_uint("params", params);
+  return args;
+}
+
+}  // namespace
+
+void Reducer::trace_ready(const Bucket& bucket) const {
+  backends::trace_instant(trace_rank_, trace_track_,
+                          "bucket " + std::to_string(bucket.grad.index) + " ready", "ddp",
+                          backends::trace_now_ns(),
+                          bucket_args(bucket.grad.index, bucket.bytes, bucket.params.size())
+                              .add_uint("pass", synced_passes_));
+}
+
+void Reducer::trace_launched(Bucket& bucket) const {
+  // One complete event from the launch to the end of the bucket's Work (the callback runs
+  // on whichever thread finishes it, or here when it already has).
+  const int64_t launched = backends::trace_now_ns();
+  bucket.work->add_callback([rank = trace_rank_, track = trace_track_, launched,
+                             args =
+                                 bucket_args(bucket.grad.index, bucket.bytes, bucket.params.size())
+                                     .add_uint("pass", synced_passes_),
+                             name = "bucket " + std::to_string(bucket.grad.index)]() {
+    backends::trace_complete(rank, track, name, "ddp", launched, backends::trace_now_ns(), args);
+  });
 }
 
 void Reducer::mark_ready(size_t index) {
@@ -209,7 +246,10 @@ void Reducer::mark_ready(size_t index) {
   if (synced_passes_ == 1 && !rebuilt_) ready_order_.push_back(index);
   Bucket& bucket = buckets_[param.bucket];
   copy_grad_to_bucket(param, bucket);
-  if (--bucket.pending == 0 && during_backward_) launch_full_buckets();
+  if (--bucket.pending == 0) {
+    if (trace_rank_ >= 0) trace_ready(bucket);
+    if (during_backward_) launch_full_buckets();
+  }
 }
 
 void Reducer::copy_grad_to_bucket(const Param& param, Bucket& bucket) {

@@ -100,6 +100,7 @@ class Reducer {
     GradBucket grad;
     size_t pending = 0;  // parameters not ready yet in this pass
     WorkPtr work;        // of the pass in progress, once launched
+    size_t bytes = 0;    // of its parameters (TDIST_TRACE's events)
   };
 
   void autograd_hook(size_t index);
@@ -124,6 +125,10 @@ class Reducer {
   void rebuild_buckets();
   std::vector<size_t> search_unused(const std::vector<::torch::Tensor>& outputs) const;
   std::string describe(const std::vector<size_t>& indices) const;
+  // TDIST_TRACE (backends/trace.h): bucket `b` became full / was launched (its Work then
+  // ends the bucket's event).
+  void trace_ready(const Bucket& bucket) const;
+  void trace_launched(Bucket& bucket) const;
 
   const std::shared_ptr<ProcessGroup> group_;
   const DDPOptions options_;
@@ -148,6 +153,8 @@ class Reducer {
   std::vector<size_t> ready_order_;  // of the first synchronized pass
   bool rebuild_due_ = false;
   bool rebuilt_ = false;
+  int trace_rank_ = -1;  // global rank, when TDIST_TRACE is set
+  int trace_track_ = 0;  // "DDP buckets"
 };
 
 }  // namespace tdist::torch

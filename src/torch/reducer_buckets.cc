@@ -64,7 +64,11 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
     Bucket& bucket = fresh[b];
     bucket.params = std::move(groups[b]);
     int64_t total = 0;
-    for (size_t i : bucket.params) total += params_[i].tensor.numel();
+    for (size_t i : bucket.params) {
+      const ::torch::Tensor& t = params_[i].tensor;
+      total += t.numel();
+      bucket.bytes += static_cast<size_t>(t.numel()) * t.element_size();
+    }
     bucket.grad.index = b;
     bucket.grad.is_last = b + 1 == groups.size();
     if (bucket.params.size() == 1) {

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "pg/pg_test_util.h"
+#include "support/run_command.h"
 #include "tdist/distributed.h"
 
 namespace tdist::pg_test {
@@ -22,17 +23,7 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-// Runs a command; returns its exit status and puts stdout+stderr in `out`.
-int run_command(const std::string& command, std::string* out) {
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return -1;
-  std::array<char, 4096> buffer{};
-  out->clear();
-  size_t n = 0;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) out->append(buffer.data(), n);
-  const int status = ::pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+using test_support::run_command;
 
 std::string merge_script() { return std::string(TDIST_SOURCE_DIR) + "/tools/tdist_flight.py"; }
 
@@ -70,16 +61,20 @@ TEST(FlightRecorder, RecordsEveryCollectiveWithItsArgumentsAndState) {
     EXPECT_TRUE(contains(record, "\"name\":\"default\"")) << record;
     EXPECT_TRUE(contains(record, "\"rank\":" + std::to_string(rank))) << record;
     EXPECT_TRUE(contains(record, "\"next_seq\":4")) << record;
-    EXPECT_TRUE(contains(record, "{\"seq\":0,\"op\":\"all_reduce\",\"dtype\":\"f32\",\"count\":1024,"
-                                 "\"reduce_op\":\"sum\",\"state\":\"completed\""))
+    EXPECT_TRUE(contains(record,
+                         "{\"seq\":0,\"op\":\"all_reduce\",\"dtype\":\"f32\",\"count\":1024,"
+                         "\"reduce_op\":\"sum\",\"state\":\"completed\""))
         << record;
-    EXPECT_TRUE(contains(record, "{\"seq\":1,\"op\":\"broadcast\",\"dtype\":\"f32\",\"count\":8,"
-                                 "\"root\":1,\"state\":\"completed\""))
+    EXPECT_TRUE(contains(record,
+                         "{\"seq\":1,\"op\":\"broadcast\",\"dtype\":\"f32\",\"count\":8,"
+                         "\"root\":1,\"state\":\"completed\""))
         << record;
-    EXPECT_TRUE(contains(record, "\"seq\":2,\"op\":\"all_reduce\",\"dtype\":\"f32\",\"count\":3,"
-                                 "\"reduce_op\":\"max\""))
+    EXPECT_TRUE(contains(record,
+                         "\"seq\":2,\"op\":\"all_reduce\",\"dtype\":\"f32\",\"count\":3,"
+                         "\"reduce_op\":\"max\""))
         << record;
-    EXPECT_TRUE(contains(record, "{\"seq\":3,\"op\":\"barrier\",\"state\":\"completed\"")) << record;
+    EXPECT_TRUE(contains(record, "{\"seq\":3,\"op\":\"barrier\",\"state\":\"completed\""))
+        << record;
     EXPECT_TRUE(contains(record, "\"started_ns\":") && contains(record, "\"finished_ns\":"));
   });
 }
@@ -132,8 +127,9 @@ TEST(FlightRecorder, ATimeoutDumpsAndTheMergeNamesTheRankThatSkipped) {
                                 ", 2 ranks): first disagreement at #2 (not called by every rank)"))
       << out;
   EXPECT_TRUE(contains(out, "rank 0: all_reduce #2 f32 x64 sum, failed")) << out;
-  EXPECT_TRUE(contains(out, "rank 1: did not call #2 (its last: all_reduce #1 f32 x64 sum, "
-                            "completed)"))
+  EXPECT_TRUE(contains(out,
+                       "rank 1: did not call #2 (its last: all_reduce #1 f32 x64 sum, "
+                       "completed)"))
       << out;
 }
 

@@ -4,12 +4,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tdist/distributed.h"
@@ -53,6 +55,53 @@ std::vector<int64_t> gather_to_all(ProcessGroup& pg, int64_t value) {
   std::vector<int64_t> all(static_cast<size_t>(pg.size()));
   pg.all_gather(&value, all.data(), 1, DType::kI64)->wait();
   return all;
+}
+
+// --csv: rank 0's copy of the table rows, one line per collective and size, flushed as
+// each row is measured (a run cut short keeps the rows it finished).
+class CsvFile {
+ public:
+  CsvFile() = default;
+  CsvFile(const CsvFile&) = delete;
+  CsvFile& operator=(const CsvFile&) = delete;
+  ~CsvFile() { close(); }
+
+  // Opens (truncates) `path` and writes the header; false with errno set on failure.
+  bool open(const std::string& path) {
+    file_ = std::fopen(path.c_str(), "w");
+    if (file_ == nullptr) return false;
+    std::fputs(
+        "collective,backend,nranks,bytes,count,dtype,redop,root,inplace,iters,time_us,"
+        "algbw_GBps,busbw_GBps,wrong\n",
+        file_);
+    return std::fflush(file_) == 0;
+  }
+  bool is_open() const { return file_ != nullptr; }
+  void row(const std::string& text) {
+    if (file_ == nullptr) return;
+    std::fputs(text.c_str(), file_);
+    std::fflush(file_);
+  }
+  // False when a write failed (a full disk): the caller reports it.
+  bool close() {
+    if (file_ == nullptr) return true;
+    const bool ok = std::ferror(file_) == 0;
+    return std::fclose(std::exchange(file_, nullptr)) == 0 && ok;
+  }
+
+ private:
+  FILE* file_ = nullptr;
+};
+
+// One CSV field: quoted (with quotes doubled) only when it holds a comma, quote or newline.
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+  std::string out = "\"";
+  for (char ch : text) {
+    if (ch == '"') out += '"';
+    out += ch;
+  }
+  return out + "\"";
 }
 
 // nccl-tests' time column: fewer decimals as the number grows.
@@ -100,7 +149,7 @@ void print_table_header(const ProcessGroup& pg, Coll coll, const Options& o) {
 
 // Measures one size of one collective; rank 0 prints its row.
 void bench_size(ProcessGroup& pg, CollRunner& runner, Coll coll, size_t bytes, const Options& o,
-                Totals& totals) {
+                Totals& totals, CsvFile& csv) {
   runner.set_size(bytes);
   runner.fill();
   for (int i = 0; i < o.warmup_iters; ++i) runner.run_once();
@@ -132,6 +181,14 @@ void bench_size(ProcessGroup& pg, CollRunner& runner, Coll coll, size_t bytes, c
               std::string(tdist::dtype_name(o.dtype)).c_str(), redop.c_str(),
               is_rooted(coll) ? o.root : -1, format_time(seconds * 1e6).c_str(), algbw, busbw,
               wrong_text.c_str());
+  if (!csv.is_open()) return;
+  char numbers[160];
+  std::snprintf(numbers, sizeof numbers, ",%d,%d,%d,%.3f,%.6g,%.6g,", is_rooted(coll) ? o.root : -1,
+                o.in_place && has_in_place(coll) ? 1 : 0, o.iters, seconds * 1e6, algbw, busbw);
+  csv.row(std::string(coll_name(coll)) + "," + csv_field(pg.backend_name()) + "," +
+          std::to_string(pg.size()) + "," + std::to_string(l.size_bytes) + "," +
+          std::to_string(l.count) + "," + std::string(tdist::dtype_name(o.dtype)) + "," + redop +
+          numbers + wrong_text + "\n");
 }
 
 std::string per_rank_mib(const std::vector<int64_t>& values, double unit) {
@@ -161,7 +218,7 @@ void print_memory(ProcessGroup& pg, int64_t buffer_bytes, int64_t peak_kib, int6
               per_rank_mib(beyond, 1.0).c_str());
 }
 
-void bench_coll(ProcessGroup& pg, Coll coll, const Options& o, Totals& totals) {
+void bench_coll(ProcessGroup& pg, Coll coll, const Options& o, Totals& totals, CsvFile& csv) {
   if (pg.rank() == 0) print_table_header(pg, coll, o);
   // A barrier moves no data: one row.
   std::vector<size_t> sizes = coll == Coll::kBarrier ? std::vector<size_t>{0} : size_steps(o);
@@ -171,7 +228,7 @@ void bench_coll(ProcessGroup& pg, Coll coll, const Options& o, Totals& totals) {
   auto runner = std::make_unique<CollRunner>(pg, coll, o, max_bytes);
   const auto buffer_bytes = static_cast<int64_t>(runner->buffer_bytes());
   const Totals before = totals;
-  for (size_t bytes : sizes) bench_size(pg, *runner, coll, bytes, o, totals);
+  for (size_t bytes : sizes) bench_size(pg, *runner, coll, bytes, o, totals, csv);
   const int64_t peak_kib = proc_status_kib("VmHWM");
   runner.reset();  // free the buffers before the next collective maps its own
   // Measured from the RSS after init, not the RSS before this collective: memory the
@@ -234,6 +291,20 @@ int run_rank(const Options& o) {
     tdist::destroy_process_group();
     return 2;
   }
+  // --csv: rank 0 opens the file before anything is measured; every rank learns whether
+  // it could, so that all stop together when it could not.
+  CsvFile csv;
+  int64_t csv_failed = 0;
+  if (pg->rank() == 0 && !o.csv_path.empty() && !csv.open(o.csv_path)) {
+    std::fprintf(stderr, "tdist-bench: --csv: cannot write '%s': %s\n", o.csv_path.c_str(),
+                 std::strerror(errno));
+    csv_failed = 1;
+  }
+  if (!o.csv_path.empty() && sum_over_ranks(*pg, csv_failed) != 0) {
+    pg.reset();
+    tdist::destroy_process_group();
+    return 2;
+  }
   if (pg->rank() == 0) {
     std::printf(
         "# tdist-bench  backend: %s  world: %d  minBytes %zu maxBytes %zu step: %zu%s "
@@ -247,12 +318,17 @@ int run_rank(const Options& o) {
   Totals totals;
   reset_peak_rss();
   totals.rss_init_kib = proc_status_kib("VmRSS");
-  for (Coll coll : o.colls) bench_coll(*pg, coll, o, totals);
+  for (Coll coll : o.colls) bench_coll(*pg, coll, o, totals, csv);
   print_summary(*pg, o, totals);
+  int status = totals.wrong == 0 ? 0 : 1;
+  if (!csv.close()) {
+    std::fprintf(stderr, "tdist-bench: --csv: writing '%s' failed\n", o.csv_path.c_str());
+    status = 1;
+  }
 
   pg.reset();
   tdist::destroy_process_group();
-  return totals.wrong == 0 ? 0 : 1;
+  return status;
 }
 
 }  // namespace tdist_bench

@@ -12,9 +12,13 @@
 // the peak (VmHWM) is restarted before each collective (memory.h), the buffers are
 // mmap'd, and "peak - RSS after init - buffers" is what the library held on top of the
 // caller's data (scratch, plus anything it kept from earlier collectives).
+// With --csv rank 0 also writes each row to a CSV file (header: collective, backend,
+// nranks, bytes, count, dtype, redop, root, inplace, iters, time_us, algbw_GBps,
+// busbw_GBps, wrong), opened before the first collective and flushed row by row.
 //
-// Returns the process exit status (0 ok, 1 wrong results, 2 bad arguments found only
-// after joining, e.g. a root beyond the world). tdist errors propagate as exceptions.
+// Returns the process exit status (0 ok, 1 wrong results or a failed CSV write, 2 bad
+// arguments found only after joining, e.g. a root beyond the world or a CSV file that
+// cannot be opened). tdist errors propagate as exceptions.
 #pragma once
 
 #include "tdist_bench/options.h"

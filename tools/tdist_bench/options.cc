@@ -49,7 +49,7 @@ constexpr Flag kFlags[] = {
     {'c', "check", true},     {'d', "datatype", true}, {'o', "op", true},
     {'r', "root", true},      {0, "coll", true},       {0, "backend", true},
     {0, "nproc", true},       {0, "bind", true},       {0, "timeout", true},
-    {0, "inplace", true},     {'h', "help", false},
+    {0, "inplace", true},     {0, "csv", true},        {'h', "help", false},
 };
 
 // Applies one flag's value to `o`; returns an error message or "".
@@ -125,6 +125,11 @@ std::string apply(const Flag& flag, std::string_view value, Options& o) {
     auto c = parse_coll(value);
     if (!c) return bad("unknown collective (see --help)");
     o.colls = {*c};
+    return "";
+  }
+  if (n == "csv") {
+    if (value.empty()) return bad("expected a file name");
+    o.csv_path = std::string(value);
     return "";
   }
   if (n == "backend") {
@@ -298,6 +303,11 @@ std::string usage(std::string_view program) {
       << "                           mask when there are enough, as mpirun does (default none)\n"
       << "      --timeout SECONDS    the group's timeout, and with --nproc the deadline of the\n"
       << "                           whole run (default 600)\n"
+      << "      --csv FILE           rank 0 also writes the rows to FILE as CSV (a header, then\n"
+      << "                           one row per collective and size: collective, backend,\n"
+      << "                           nranks, bytes, count, dtype, redop, root, inplace, iters,\n"
+      << "                           time_us, algbw_GBps, busbw_GBps, wrong); the table is\n"
+      << "                           still printed\n"
       << "  -h, --help               this text\n\n"
       << "Sizes are nccl-tests' (the larger per-rank buffer): count is the elements each rank\n"
       << "contributes. time is the mean over iterations of the slowest rank's time; algbw =\n"

@@ -1,7 +1,7 @@
 // tdist-bench options: the command line, parsed and checked before anything starts.
 //
 // nccl-tests' flags keep their meanings (-b -e -f -i -n -w -c -d -o -r); tdist adds
-// --coll, --backend, --nproc, --timeout and --inplace. parse_options() never exits: it
+// --coll, --backend, --nproc, --timeout, --inplace and --csv. parse_options() never exits: it
 // returns the options or an error message (one line), and the caller prints the usage.
 // Pure functions; thread-safe.
 #pragma once
@@ -57,6 +57,7 @@ struct Options {
   int nproc = 0;      // 0: run as one rank under a launcher (env://)
   bool bind = false;  // --nproc: pin rank r to the r-th CPU (--bind core), as mpirun does
   std::chrono::milliseconds timeout{600'000};
+  std::string csv_path;  // --csv: rank 0 also writes the rows here (bench.h); "" = none
   bool help = false;
 };
 

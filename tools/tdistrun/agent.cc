@@ -20,9 +20,11 @@
 #include <vector>
 
 #include "tdist/error.h"
+#include "tdist/settings.h"
 #include "tdistrun/failure.h"
 #include "tdistrun/node_rdzv.h"
 #include "tdistrun/signals.h"
+#include "tdistrun/trace_merge.h"
 #include "tdistrun/watchdog.h"
 #include "tdistrun/worker_env.h"
 #include "tdistrun/worker_group.h"
@@ -130,7 +132,18 @@ class Agent {
   explicit Agent(const Options& options)
       : options_(options), host_(hostname()), dir_(options), signals_(Signals::install()) {}
 
+  // The job, then its timeline when TDIST_TRACE asks for one (whatever the outcome).
   int run() {
+    const int code = run_rounds();
+    if (!trace_dir_.empty() && world_size_ > 0) {
+      const std::string line = merge_traces(trace_dir_, world_size_);
+      if (!line.empty()) say(line);
+    }
+    return code;
+  }
+
+ private:
+  int run_rounds() {
     std::unique_ptr<NodeRendezvous> rdzv =
         interruptible(signals_, [&] { return std::make_unique<NodeRendezvous>(rdzv_config()); });
     rdzv_ = rdzv.get();
@@ -155,7 +168,6 @@ class Agent {
     }
   }
 
- private:
   NodeRdzvConfig rdzv_config() const {
     NodeRdzvConfig c;
     c.host = options_.rdzv_host;
@@ -181,6 +193,7 @@ class Agent {
     const std::vector<std::string> parent = current_environment();
     const std::vector<std::string> argv = worker_command(options_);
     std::vector<WorkerSpec> specs;
+    std::vector<int> ranks;
     for (int local = 0; local < options_.nproc_per_node; ++local) {
       const fs::path dir = dir_.worker_dir(round.round, local);
       WorkerEnvInput in;
@@ -215,9 +228,12 @@ class Agent {
       if (files & 1) spec.stdout_path = (dir / "stdout.log").string();
       if (files & 2) spec.stderr_path = (dir / "stderr.log").string();
       spec.prefix = "[" + host_ + ":rank " + std::to_string(spec.global_rank) + "]:";
+      ranks.push_back(spec.global_rank);
       specs.push_back(std::move(spec));
       error_files_.push_back(in.error_file);
     }
+    world_size_ = round.world_size;
+    if (!trace_dir_.empty()) remove_rank_traces(trace_dir_, ranks);  // none from earlier rounds
     if (options_.redirects.all != Streams::kNone || !options_.redirects.per_rank.empty() ||
         options_.tee.all != Streams::kNone || !options_.tee.per_rank.empty()) {
       dir_.keep();
@@ -346,6 +362,8 @@ class Agent {
   std::vector<std::string> error_files_;
   size_t records_seen_ = 0;  // failure records already told (tell_other_failures)
   int signalled_ = 0;
+  const std::string trace_dir_ = setting_string("TDIST_TRACE");  // the workers inherit it
+  int world_size_ = 0;                                           // of the last round
 };
 
 }  // namespace

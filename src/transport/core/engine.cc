@@ -40,13 +40,16 @@ std::string what_of(const std::exception_ptr& error) {
   }
 }
 
-bool is_desync(const std::exception_ptr& error) {
+// The mark (peer.h) an abort notice of `error` begins with, if any.
+std::string mark_of(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
   } catch (const DesyncError&) {
-    return true;
+    return std::string(1, kDesyncMark);
+  } catch (const TimeoutError&) {
+    return std::string(1, kTimeoutMark);
   } catch (...) {
-    return false;
+    return {};
   }
 }
 
@@ -360,6 +363,8 @@ void Engine::wake_driver() {
 void Engine::report(const std::string& lost) {
   if (!lost.empty() && lost.front() == kDesyncMark) {
     abort_with(std::make_exception_ptr(DesyncError(lost.substr(1))), /*log=*/true);
+  } else if (!lost.empty() && lost.front() == kTimeoutMark) {
+    abort_with(std::make_exception_ptr(TimeoutError(lost.substr(1))), /*log=*/true);
   } else {
     abort_with(std::make_exception_ptr(PeerError(lost)), /*log=*/true);
   }
@@ -374,9 +379,9 @@ void Engine::abort_with(const std::exception_ptr& reason, bool log) {
   }
   const std::string text = what_of(reason);
   if (log && !destroying_) TDIST_LOG(kWarn) << "transport aborted: " << text;
-  // The peers learn the reason, and whether it is a desync (they then fail with
-  // DesyncError too).
-  const std::string notice = is_desync(reason) ? kDesyncMark + text : text;
+  // The peers learn the reason, and whether it is a desync or a timeout (they then fail with
+  // DesyncError or TimeoutError too).
+  const std::string notice = mark_of(reason) + text;
   for (auto& peer : peers_) {
     if (peer) peer->fail_all(reason, /*tell_peer=*/true, notice);
   }

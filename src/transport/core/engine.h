@@ -23,9 +23,10 @@
 // CollectiveBook; isend/irecv stamp and expect its fingerprint, the Peers check it.
 // Failure: a channel's end of stream without a goodbye (the peer died), a broken channel,
 // or an abort notice aborts this Comm with PeerError (DesyncError for a desync, here or
-// told by the peer) as soon as a driver notices (within
-// milliseconds when some thread waits); abort() notifies every peer and shuts the
-// channels down. Destruction flushes queued sends (up to 2 s), says goodbye, closes.
+// told by the peer; TimeoutError when the peer aborted on a timeout) as soon as a driver
+// notices (within milliseconds when some thread waits); abort() notifies every peer (and
+// says whether for a desync or a timeout) and shuts the channels down. Destruction flushes queued
+// sends (up to 2 s), says goodbye, closes.
 #pragma once
 
 #include <poll.h>

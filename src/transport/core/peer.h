@@ -74,9 +74,14 @@ struct Progress {
   }
 };
 
-// A lost message (or an abort reason) that begins with this byte reports a desync: the
-// Engine fails the Comm with DesyncError instead of PeerError, and tells the peers so.
+// A lost message (or an abort reason) that begins with one of these bytes reports a desync,
+// or a peer's timeout: the Engine fails the Comm with DesyncError (TimeoutError) instead of
+// PeerError, and tells the peers so.
 inline constexpr char kDesyncMark = '\x1d';
+inline constexpr char kTimeoutMark = '\x1e';
+inline bool is_marked(const std::string& text) {
+  return !text.empty() && (text.front() == kDesyncMark || text.front() == kTimeoutMark);
+}
 
 class Peer {
  public:

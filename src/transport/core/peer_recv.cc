@@ -409,10 +409,10 @@ std::string Peer::finish_message_locked(size_t lane_index, Progress* progress) {
   incoming = Incoming{};
   if (done.tag == kAbortTag) {
     lane.eof = true;
-    const bool desynced = !done.control.empty() && done.control.front() == kDesyncMark;
-    return detail::str_cat(desynced ? std::string(1, kDesyncMark) : std::string(), "rank ",
-                           self_rank_, ": rank ", rank_, " (", lane.channel->describe(),
-                           ") aborted its Comm: ", done.control.substr(desynced ? 1 : 0));
+    const bool marked = is_marked(done.control);  // a desync or a timeout over there
+    return detail::str_cat(marked ? done.control.substr(0, 1) : std::string(), "rank ", self_rank_,
+                           ": rank ", rank_, " (", lane.channel->describe(),
+                           ") aborted its Comm: ", done.control.substr(marked ? 1 : 0));
   }
   return finish_rendezvous_locked(lane_index, done, progress);
 }

@@ -1,0 +1,106 @@
+// tdist-status: what every rank of a running (or hung) job is doing, asked through the job's
+// store (backends/status.h). Usage: tdist-status HOST:PORT [--wait SECONDS]
+//   HOST:PORT   the job's store: MASTER_ADDR:MASTER_PORT, or tdistrun's --rdzv-endpoint
+//   --wait S    how long ranks have to answer (default 2)
+// The job's token and TLS files come from the environment as for any tdist process
+// (TDIST_AUTH_TOKEN or TDIST_AUTH_TOKEN_FILE; TDIST_TLS_*). Prints one block per rank: host,
+// pid, state (computing / in collective X #N for T s / no answer), the last collective it
+// finished and, while it waits in a collective, the ranks that have not called it.
+// Exit status: 0 when every rank answered, 1 when some did not, 2 on bad input or when no
+// job is found at HOST:PORT.
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "backends/status.h"
+#include "net/address.h"
+#include "tdist/error.h"
+#include "tdist/tcp_store.h"
+
+namespace {
+
+using tdist::backends::GroupStatus;
+using tdist::backends::RankStatus;
+
+int usage(const std::string& why) {
+  if (!why.empty()) std::cerr << "tdist-status: " << why << "\n";
+  std::cerr << "usage: tdist-status HOST:PORT [--wait SECONDS]\n";
+  return 2;
+}
+
+void print_rank(int rank, const RankStatus* status, const std::map<int, RankStatus>& answers) {
+  if (status == nullptr) {
+    std::cout << "rank " << rank << ": no answer (dead, or its process is stopped)\n";
+    return;
+  }
+  std::cout << "rank " << rank << " (" << status->host << " pid " << status->pid << "): ";
+  bool busy = false;
+  for (const GroupStatus& g : status->groups) {
+    if (g.current_state != "started" && g.current_state != "queued") continue;
+    busy = true;
+    std::cout << (g.current_state == "started" ? "in " : "about to run ") << g.current_op
+              << " of group " << g.name << " (" << g.backend << ")";
+    if (g.current_state == "started") std::cout << " for " << g.current_ms / 1000.0 << " s";
+    std::cout << "\n";
+    const auto missing = tdist::backends::missing_ranks(g, answers, g.current_seq);
+    for (const std::string& m : missing) std::cout << "    waiting for " << m << "\n";
+  }
+  if (!busy) std::cout << "computing (in no collective)\n";
+  for (const GroupStatus& g : status->groups) {
+    std::cout << "    group " << g.name << ": last finished "
+              << (g.last_op.empty() ? std::string("none") : g.last_op) << "\n";
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string endpoint;
+  double wait_s = 2.0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      usage("");
+      return 0;
+    }
+    if (arg == "--wait") {
+      if (i + 1 >= argc) return usage("--wait needs a number of seconds");
+      char* end = nullptr;
+      wait_s = std::strtod(argv[++i], &end);
+      if (end == argv[i] || *end != '\0' || !(wait_s > 0 && wait_s <= 3600)) {
+        return usage(std::string("--wait must be seconds in (0, 3600], not '") + argv[i] + "'");
+      }
+    } else if (endpoint.empty() && !arg.starts_with("-")) {
+      endpoint = arg;
+    } else {
+      return usage("unexpected argument '" + arg + "'");
+    }
+  }
+  if (endpoint.empty()) return usage("no HOST:PORT given");
+  try {
+    const tdist::net::HostPort hp = tdist::net::parse_host_port(endpoint);
+    tdist::TCPStoreOptions options;
+    options.port = hp.port;
+    options.connect_timeout = std::chrono::seconds(5);
+    tdist::TCPStore store(hp.host, options);
+    const tdist::backends::StatusEndpoint job = tdist::backends::find_status_endpoint(store);
+    if (job.ns.empty()) {
+      std::cerr << "tdist-status: no tdist job has published its status at " << endpoint
+                << " (it calls init_process_group there?)\n";
+      return 2;
+    }
+    const auto answers = tdist::backends::ask_status(
+        store, job, std::chrono::milliseconds(static_cast<long long>(wait_s * 1000)));
+    std::cout << "job at " << endpoint << ": " << job.world_size << " ranks, " << answers.size()
+              << " answered within " << wait_s << " s\n";
+    for (int r = 0; r < job.world_size; ++r) {
+      auto it = answers.find(r);
+      print_rank(r, it == answers.end() ? nullptr : &it->second, answers);
+    }
+    return static_cast<int>(answers.size()) == job.world_size ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::cerr << "tdist-status: " << e.what() << "\n";
+    return 2;
+  }
+}
