@@ -12,6 +12,8 @@
 #include <thread>
 
 #include "backends/error_context.h"
+#include "backends/trace.h"
+#include "core/coarse_clock.h"
 #include "core/json_string.h"
 #include "tdist/logging.h"
 #include "tdist/process_group.h"
@@ -82,60 +84,94 @@ int64_t steady_ns() {
       .count();
 }
 
-FlightRecorder::FlightRecorder(size_t capacity) : capacity_(capacity), ring_(capacity) {}
-
-FlightRecorder::Record* FlightRecorder::find_locked(uint64_t seq) {
-  if (capacity_ == 0) return nullptr;
-  Record& r = ring_[seq % capacity_];
-  return r.used && r.seq == seq ? &r : nullptr;
+int64_t recorder_ns() {
+  static const bool fine = trace_enabled();
+  if (fine) return steady_ns();
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(core::coarse_now().time_since_epoch())
+      .count();
 }
+
+FlightRecorder::FlightRecorder(size_t capacity)
+    : capacity_(capacity), ring_(capacity > 0 ? new Record[capacity] : nullptr) {}
 
 void FlightRecorder::enqueued(uint64_t seq, const core::OpFingerprint& fp) {
   if (capacity_ == 0) return;
-  const int64_t now = steady_ns();
-  MutexLock lock(mu_);
-  ring_[seq % capacity_] = Record{seq, true, false, fp, now, 0, 0};
-  if (seq + 1 > newest_) newest_ = seq + 1;
+  Record& r = ring_[seq % capacity_];
+  const core::OpFingerprint::Words words = fp.encode();
+  r.tag.store(0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  r.w0.store(words.w0, std::memory_order_relaxed);
+  r.w1.store(words.w1, std::memory_order_relaxed);
+  r.enqueued_ns.store(recorder_ns(), std::memory_order_relaxed);
+  r.started_ns.store(0, std::memory_order_relaxed);
+  r.finished_ns.store(0, std::memory_order_relaxed);
+  r.failed.store(false, std::memory_order_relaxed);
+  r.tag.store(seq + 1, std::memory_order_release);
+  if (seq + 1 > newest_.load(std::memory_order_relaxed)) {
+    newest_.store(seq + 1, std::memory_order_release);
+  }
 }
 
 void FlightRecorder::started(uint64_t seq) {
   if (capacity_ == 0) return;
-  const int64_t now = steady_ns();
-  MutexLock lock(mu_);
-  if (Record* r = find_locked(seq)) r->started_ns = now;
+  Record& r = ring_[seq % capacity_];
+  if (r.tag.load(std::memory_order_acquire) == seq + 1) {
+    r.started_ns.store(recorder_ns(), std::memory_order_release);
+  }
 }
 
 bool FlightRecorder::finished(uint64_t seq, const std::exception_ptr& error) {
-  const int64_t now = steady_ns();
-  MutexLock lock(mu_);
-  if (Record* r = find_locked(seq)) {
-    r->finished_ns = now;
-    r->failed = error != nullptr;
+  if (capacity_ > 0) {
+    Record& r = ring_[seq % capacity_];
+    if (r.tag.load(std::memory_order_acquire) == seq + 1) {
+      r.failed.store(error != nullptr, std::memory_order_relaxed);
+      r.finished_ns.store(recorder_ns(), std::memory_order_release);
+    }
   }
-  if (error == nullptr || !first_error_.empty()) return false;
+  if (error == nullptr) return false;
+  MutexLock lock(mu_);
+  if (!first_error_.empty()) return false;
   first_error_ = what_of(error);
   return true;
 }
 
+std::optional<FlightRecorder::Entry> FlightRecorder::read(uint64_t seq) const {
+  const Record& r = ring_[seq % capacity_];
+  if (r.tag.load(std::memory_order_acquire) != seq + 1) return std::nullopt;
+  Entry e;
+  e.fp = core::OpFingerprint::decode(
+      {r.w0.load(std::memory_order_relaxed), r.w1.load(std::memory_order_relaxed)});
+  e.enqueued_ns = r.enqueued_ns.load(std::memory_order_relaxed);
+  e.finished_ns = r.finished_ns.load(std::memory_order_acquire);
+  e.failed = r.failed.load(std::memory_order_relaxed);
+  e.started_ns = r.started_ns.load(std::memory_order_acquire);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (r.tag.load(std::memory_order_relaxed) != seq + 1) return std::nullopt;  // reused meanwhile
+  return e;
+}
+
 std::string FlightRecorder::ops_json() const {
-  MutexLock lock(mu_);
   std::string out = "{\"capacity\":" + std::to_string(capacity_) + ",\"first_error\":\"";
-  detail::append_json_string(out, first_error_);
+  {
+    MutexLock lock(mu_);
+    detail::append_json_string(out, first_error_);
+  }
   out += "\",\"ops\":[";
   bool first = true;
-  const uint64_t oldest = newest_ > capacity_ ? newest_ - capacity_ : 0;
-  for (uint64_t seq = oldest; seq < newest_; ++seq) {
-    const Record& r = ring_[seq % capacity_];
-    if (!r.used || r.seq != seq) continue;
+  const uint64_t newest = newest_.load(std::memory_order_acquire);
+  const uint64_t oldest = newest > capacity_ ? newest - capacity_ : 0;
+  for (uint64_t seq = oldest; seq < newest; ++seq) {
+    const std::optional<Entry> e = read(seq);
+    if (!e) continue;
     if (!first) out += ",";
     first = false;
     out += "{\"seq\":" + std::to_string(seq) + ",";
-    append_fp(out, r.fp);
+    append_fp(out, e->fp);
     out += ",\"state\":\"";
-    out += state_of(r.started_ns != 0, r.finished_ns != 0, r.failed);
-    out += "\",\"enqueued_ns\":" + std::to_string(r.enqueued_ns);
-    if (r.started_ns != 0) out += ",\"started_ns\":" + std::to_string(r.started_ns);
-    if (r.finished_ns != 0) out += ",\"finished_ns\":" + std::to_string(r.finished_ns);
+    out += state_of(e->started_ns != 0, e->finished_ns != 0, e->failed);
+    out += "\",\"enqueued_ns\":" + std::to_string(e->enqueued_ns);
+    if (e->started_ns != 0) out += ",\"started_ns\":" + std::to_string(e->started_ns);
+    if (e->finished_ns != 0) out += ",\"finished_ns\":" + std::to_string(e->finished_ns);
     out += "}";
   }
   out += "]}";
@@ -144,21 +180,21 @@ std::string FlightRecorder::ops_json() const {
 
 FlightRecorder::Summary FlightRecorder::summary() const {
   Summary s;
-  MutexLock lock(mu_);
-  const uint64_t oldest = newest_ > capacity_ ? newest_ - capacity_ : 0;
-  for (uint64_t seq = oldest; seq < newest_; ++seq) {
-    const Record& r = ring_[seq % capacity_];
-    if (!r.used || r.seq != seq) continue;
-    if (r.finished_ns != 0) {
+  const uint64_t newest = newest_.load(std::memory_order_acquire);
+  const uint64_t oldest = newest > capacity_ ? newest - capacity_ : 0;
+  for (uint64_t seq = oldest; seq < newest; ++seq) {
+    const std::optional<Entry> e = read(seq);
+    if (!e) continue;
+    if (e->finished_ns != 0) {
       s.has_last = true;
       s.last_seq = seq;
-      s.last = r.fp;
+      s.last = e->fp;
     } else if (!s.has_current) {
       s.has_current = true;
       s.current_seq = seq;
-      s.current = r.fp;
-      s.current_started = r.started_ns != 0;
-      s.current_since_ns = r.started_ns != 0 ? r.started_ns : r.enqueued_ns;
+      s.current = e->fp;
+      s.current_started = e->started_ns != 0;
+      s.current_since_ns = e->started_ns != 0 ? e->started_ns : e->enqueued_ns;
     }
   }
   return s;
@@ -166,10 +202,7 @@ FlightRecorder::Summary FlightRecorder::summary() const {
 
 std::optional<FlightRecorder::Entry> FlightRecorder::find(uint64_t seq) const {
   if (capacity_ == 0) return std::nullopt;
-  MutexLock lock(mu_);
-  const Record& r = ring_[seq % capacity_];
-  if (!r.used || r.seq != seq) return std::nullopt;
-  return Entry{r.fp, r.enqueued_ns, r.started_ns, r.finished_ns, r.failed};
+  return read(seq);
 }
 
 void register_group(const std::weak_ptr<ProcessGroup>& group) {

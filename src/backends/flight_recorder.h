@@ -13,6 +13,7 @@
 // writers hold it for a few stores).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -66,26 +67,34 @@ class FlightRecorder {
   std::optional<Entry> find(uint64_t seq) const;
 
  private:
+  // Written without a lock (the numbering thread enqueues, the running thread marks start
+  // and finish), so every field is atomic; `tag` (seq + 1, 0 = empty) is written last on
+  // enqueue and read before and after the other fields by readers, who skip a record that
+  // changed meanwhile.
   struct Record {
-    uint64_t seq = 0;
-    bool used = false;
-    bool failed = false;
-    core::OpFingerprint fp;
-    int64_t enqueued_ns = 0;
-    int64_t started_ns = 0;
-    int64_t finished_ns = 0;
+    std::atomic<uint64_t> tag{0};
+    std::atomic<uint64_t> w0{0};
+    std::atomic<uint64_t> w1{0};
+    std::atomic<int64_t> enqueued_ns{0};
+    std::atomic<int64_t> started_ns{0};
+    std::atomic<int64_t> finished_ns{0};
+    std::atomic<bool> failed{false};
   };
-  Record* find_locked(uint64_t seq) TDIST_REQUIRES(mu_);
+  // A consistent copy of the record of `seq`, if the ring holds it.
+  std::optional<Entry> read(uint64_t seq) const;
 
   const size_t capacity_;
+  std::unique_ptr<Record[]> ring_;
+  std::atomic<uint64_t> newest_{0};  // highest seq recorded + 1
   mutable Mutex mu_;
-  std::vector<Record> ring_ TDIST_GUARDED_BY(mu_);
-  uint64_t newest_ TDIST_GUARDED_BY(mu_) = 0;  // highest seq recorded + 1
   std::string first_error_ TDIST_GUARDED_BY(mu_);
 };
 
-// Steady-clock nanoseconds, the recorder's time base.
+// Steady-clock nanoseconds, the recorder's time base: CLOCK_MONOTONIC (fine) when the
+// timeline is on (TDIST_TRACE), else its coarse variant, which costs a few ns instead of
+// ~20 and is a tick (1-4 ms) behind: plenty for "waiting for 12 s".
 int64_t steady_ns();
+int64_t recorder_ns();
 
 // Process-wide: the live groups (ProcessGroup registers itself at its first collective).
 void register_group(const std::weak_ptr<ProcessGroup>& group);

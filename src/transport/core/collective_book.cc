@@ -9,22 +9,43 @@ namespace tdist::transport::core {
 void CollectiveBook::begin(uint64_t seq, const tdist::core::OpFingerprint& fp) {
   const uint64_t wire_seq = tag_seq(collective_tag(seq, 0));
   const Check words = fp.encode();
-  MutexLock lock(mu_);
-  history_[recorded_ % kHistory] = Entry{wire_seq, fp};
-  ++recorded_;
+  const uint64_t n = recorded_.load(std::memory_order_relaxed);
+  Entry& e = history_[n % kHistory];
+  const uint64_t v = version_.load(std::memory_order_relaxed);
+  version_.store(v + 1, std::memory_order_relaxed);  // odd: changing
+  std::atomic_thread_fence(std::memory_order_release);
+  e.seq.store(wire_seq, std::memory_order_relaxed);
+  e.w0.store(words.w0, std::memory_order_relaxed);
+  e.w1.store(words.w1, std::memory_order_relaxed);
   w0_.store(words.w0, std::memory_order_relaxed);
   w1_.store(words.w1, std::memory_order_relaxed);
   seq_.store(wire_seq, std::memory_order_relaxed);
+  recorded_.store(n + 1, std::memory_order_relaxed);
+  version_.store(v + 2);  // seq_cst: see `early` in the header
   active_.store(true, std::memory_order_release);
 }
 
+bool CollectiveBook::copy(size_t back, Copy* out) const {
+  while (true) {
+    const uint64_t v1 = version_.load();  // seq_cst: see `early` in the header
+    if (v1 % 2 == 0) {
+      const uint64_t n = recorded_.load(std::memory_order_relaxed);
+      if (back >= n || back >= kHistory) return false;
+      const Entry& e = history_[(n - 1 - back) % kHistory];
+      out->seq = e.seq.load(std::memory_order_relaxed);
+      out->words = {e.w0.load(std::memory_order_relaxed), e.w1.load(std::memory_order_relaxed)};
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (version_.load(std::memory_order_relaxed) == v1) return true;
+    }
+  }
+}
+
 CollectiveBook::View CollectiveBook::view(uint64_t tag) const {
-  MutexLock lock(mu_);
-  if (recorded_ == 0 || !is_collective(tag)) return {};
-  const Entry& running = history_[(recorded_ - 1) % kHistory];
+  Copy running;
+  if (!is_collective(tag) || !copy(0, &running)) return {};
   const uint64_t seq = tag_seq(tag);
   if (seq < running.seq) return {true, {}};
-  if (seq == running.seq) return {false, running.fp.encode()};
+  if (seq == running.seq) return {false, running.words};
   return {};
 }
 
@@ -33,10 +54,9 @@ uint64_t CollectiveBook::tag_seq(uint64_t tag) { return (tag >> 24) & ((uint64_t
 bool CollectiveBook::is_collective(uint64_t tag) { return (tag & kP2PTagBit) == 0; }
 
 std::string CollectiveBook::describe(uint64_t seq) const {
-  MutexLock lock(mu_);
-  for (size_t i = 0; i < kHistory && i < recorded_; ++i) {
-    const Entry& e = history_[(recorded_ - 1 - i) % kHistory];
-    if (e.seq == seq) return e.fp.describe(seq);
+  Copy c;
+  for (size_t back = 0; copy(back, &c); ++back) {
+    if (c.seq == seq) return tdist::core::OpFingerprint::decode(c.words).describe(seq);
   }
   return detail::str_cat("operation #", seq);
 }

@@ -17,7 +17,6 @@
 #include <string>
 
 #include "core/op_fingerprint.h"
-#include "tdist/thread_annotations.h"
 
 namespace tdist::transport::core {
 
@@ -50,26 +49,35 @@ class CollectiveBook {
 
   // Checked messages that arrived before their receive and wait unexpected (the Peers
   // count them), so that begin() has to look for bad ones only when there are any. A Peer
-  // counts a message before it calls view(); begin() reads it after it changed the running
-  // collective (under the lock): one of the two sees the other.
+  // counts a message before it calls view(); begin() reads the count after it published
+  // the new collective (`version_`); all three seq_cst, so one of the two sees the other.
   std::atomic<int> early{0};
 
  private:
   static bool is_collective(uint64_t tag);
   static constexpr size_t kHistory = 16;
+  // The history is written by begin() only and read by any thread without a lock: a
+  // sequence lock (`version_` odd while an entry changes; readers retry).
   struct Entry {
-    uint64_t seq = 0;
-    tdist::core::OpFingerprint fp;
+    std::atomic<uint64_t> seq{0};
+    std::atomic<uint64_t> w0{0};
+    std::atomic<uint64_t> w1{0};
   };
+  struct Copy {
+    uint64_t seq = 0;
+    Check words;
+  };
+  // The running collective (`back` = 0) or one before it; false when not recorded.
+  bool copy(size_t back, Copy* out) const;
 
-  // The running collective, for check_for's thread (written under mu_ too).
+  // The running collective, for check_for's thread.
   std::atomic<bool> active_{false};
   std::atomic<uint64_t> seq_{0};
   std::atomic<uint64_t> w0_{0};
   std::atomic<uint64_t> w1_{0};
-  mutable Mutex mu_;
-  Entry history_[kHistory] TDIST_GUARDED_BY(mu_);  // the running one is the last recorded
-  size_t recorded_ TDIST_GUARDED_BY(mu_) = 0;
+  std::atomic<uint64_t> version_{0};
+  std::atomic<uint64_t> recorded_{0};
+  Entry history_[kHistory];
 };
 
 // The text of a DesyncError, the lower rank first: "rank 0 called all_reduce #41 f32 x1024
