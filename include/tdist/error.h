@@ -14,6 +14,7 @@
 // these are plain value types.
 #pragma once
 
+#include <exception>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -59,6 +60,17 @@ std::string str_cat(Args&&... args) {
   std::ostringstream out;
   (out << ... << std::forward<Args>(args));
   return out.str();
+}
+
+// The exception's what() ("unknown error" for one not derived from std::exception).
+inline std::string what_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown error";
+  }
 }
 
 // Strips the directories from a __FILE__ path.

@@ -32,14 +32,4 @@ std::exception_ptr add_context(std::exception_ptr error, const std::string& pref
   }
 }
 
-std::string what_of(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "unknown error";
-  }
-}
-
 }  // namespace tdist::backends

@@ -6,6 +6,8 @@
 #include <exception>
 #include <string>
 
+#include "tdist/error.h"
+
 namespace tdist::backends {
 
 // "rank 1/4 (tcp) all_reduce #17"
@@ -16,8 +18,7 @@ std::string describe(int rank, int size, const std::string& backend, const std::
 // (unless it already starts with it). Non-tdist exceptions become Error.
 std::exception_ptr add_context(std::exception_ptr error, const std::string& prefix);
 
-// The exception's what() ("unknown error" for a non-std exception).
-std::string what_of(const std::exception_ptr& error);
+using detail::what_of;  // tdist/error.h
 
 // Whether the exception is (derived from) E.
 template <typename E>

@@ -30,16 +30,6 @@ inline void cpu_relax() {
 #endif
 }
 
-std::string what_of(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "unknown error";
-  }
-}
-
 // The mark (peer.h) an abort notice of `error` begins with, if any.
 std::string mark_of(const std::exception_ptr& error) {
   try {
@@ -377,7 +367,7 @@ void Engine::abort_with(const std::exception_ptr& reason, bool log) {
     error_ = reason;
     has_error_.store(true, std::memory_order_release);
   }
-  const std::string text = what_of(reason);
+  const std::string text = detail::what_of(reason);
   if (log && !destroying_) TDIST_LOG(kWarn) << "transport aborted: " << text;
   // The peers learn the reason, and whether it is a desync or a timeout (they then fail with
   // DesyncError or TimeoutError too).

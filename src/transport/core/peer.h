@@ -228,8 +228,9 @@ class Peer {
   // Moves replies_ and rv_events_ to the send side (takes recv_mu_, then send_mu_).
   Progress exchange_rendezvous(std::string* lost) TDIST_EXCLUDES(send_mu_, recv_mu_);
   std::exception_ptr desync(uint64_t tag, size_t expected, size_t actual) const;
-  // The DesyncError of a receive whose fingerprint differs from its message's.
+  // The DesyncError of a receive whose fingerprint differs from its message's, and its text.
   std::exception_ptr mismatch(uint64_t tag, Check mine, Check theirs) const;
+  std::string mismatch_text(uint64_t tag, Check mine, Check theirs) const;
   // The desync report of a message of a finished collective.
   std::string stale(uint64_t tag, Check theirs) const;
   // The desync report for a checked message without a receive: of a finished collective, or

@@ -103,19 +103,18 @@ std::string Peer::find_desync() {
 std::string Peer::judge(uint64_t tag, Check theirs) const {
   const CollectiveBook::View view = book_.view(tag);
   if (view.finished) return stale(tag, theirs);
-  const Check mine = view.running;
-  if (tdist::core::fingerprints_agree(mine, theirs)) return {};
+  if (tdist::core::fingerprints_agree(view.running, theirs)) return {};
+  return kDesyncMark + mismatch_text(tag, view.running, theirs);
+}
+
+std::string Peer::mismatch_text(uint64_t tag, Check mine, Check theirs) const {
   const uint64_t seq = CollectiveBook::tag_seq(tag);
-  return kDesyncMark + desync_text(self_rank_,
-                                   tdist::core::OpFingerprint::decode(mine).describe(seq), rank_,
-                                   tdist::core::OpFingerprint::decode(theirs).describe(seq));
+  return desync_text(self_rank_, tdist::core::OpFingerprint::decode(mine).describe(seq), rank_,
+                     tdist::core::OpFingerprint::decode(theirs).describe(seq));
 }
 
 std::exception_ptr Peer::mismatch(uint64_t tag, Check mine, Check theirs) const {
-  const uint64_t seq = CollectiveBook::tag_seq(tag);
-  return std::make_exception_ptr(
-      DesyncError(desync_text(self_rank_, tdist::core::OpFingerprint::decode(mine).describe(seq),
-                              rank_, tdist::core::OpFingerprint::decode(theirs).describe(seq))));
+  return std::make_exception_ptr(DesyncError(mismatch_text(tag, mine, theirs)));
 }
 
 std::string Peer::stale(uint64_t tag, Check theirs) const {
