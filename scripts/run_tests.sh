@@ -21,6 +21,18 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 # the hash, so build-torch2/ reuses build/'s objects.
 export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
 status=0
+# A failed stage is recorded with, for a ctest run, the tests that failed (ctest's own list),
+# and all of it is repeated at the end: the run's last lines say what failed, even where
+# only its tail is kept.
+failures=()
+failed() {
+  local rc=$1 name=$2 log=${3:-}/Testing/Temporary/LastTestsFailed.log
+  status=$rc
+  failures+=("$name (exit $rc)")
+  if [ -n "${3:-}" ] && [ -f "$log" ]; then
+    while IFS= read -r line; do failures+=("  test $line"); done <"$log"
+  fi
+}
 
 # The sanitizers' runtime options, inherited by every process a test starts: the first
 # finding ends the process with an error (a worker's fails the test that started it).
@@ -42,24 +54,25 @@ if [ "${TDIST_SKIP_CLANG:-0}" != 1 ]; then
     --target tests_core tests_store tests_collectives tests_pg fuzzers >/dev/null
   stage "ASan+UBSan tests: core, store, collectives, pg; fuzz targets"
   env "${asan_env[@]}" ctest --test-dir build-clang -L '^(core|store|collectives|pg|fuzz)$' \
-    --output-on-failure -j"$(nproc)" || status=$?
+    --output-on-failure -j"$(nproc)" || failed $? "ASan+UBSan tests" build-clang
 fi
 
 stage "g++ build (warnings are errors)"
 bash scripts/build.sh
 stage "tests"
-ctest --test-dir build --output-on-failure -j"$(nproc)" || status=$?
+ctest --test-dir build --output-on-failure -j"$(nproc)" || failed $? "tests" build
 
 if [ "${TDIST_SKIP_TORCH2:-0}" != 1 ]; then
   stage "LibTorch 2.x (PyPI's torch): g++ build of the LibTorch part (warnings are errors)"
   bash scripts/build.sh --torch2 >/dev/null
   stage "LibTorch 2.x tests"
-  ctest --test-dir build-torch2 -L '^torch$' --output-on-failure -j"$(nproc)" || status=$?
+  ctest --test-dir build-torch2 -L '^torch$' --output-on-failure -j"$(nproc)" ||
+    failed $? "LibTorch 2.x tests" build-torch2
   stage "Python package on torch 2.x"
-  bash scripts/test_python.sh torch2 || status=$?
+  bash scripts/test_python.sh torch2 || failed $? "Python package on torch 2.x"
 fi
 stage "Python package on torch 1.13"
-bash scripts/test_python.sh torch1 || status=$?
+bash scripts/test_python.sh torch1 || failed $? "Python package on torch 1.13"
 
 if [ "${TDIST_SKIP_TSAN:-0}" != 1 ]; then
   stage "clang TSan build of the store, transport and pg suites"
@@ -68,7 +81,8 @@ if [ "${TDIST_SKIP_TSAN:-0}" != 1 ]; then
   cmake --build build-tsan -j"$(nproc)" --target tests_store tests_transport tests_pg >/dev/null
   stage "TSan tests: store, transport, pg"
   env "${tsan_env[@]}" ctest --test-dir build-tsan -L '^(store|transport|pg)$' \
-    --output-on-failure -j"$(nproc)" || status=$?
+    --output-on-failure -j"$(nproc)" || failed $? "TSan tests" build-tsan
 fi
 stage "done (status $status)"
+for f in "${failures[@]}"; do echo "failed: $f"; done
 exit "$status"

@@ -1,9 +1,13 @@
 // tdist-status: what every rank of a running (or hung) job is doing, asked through the job's
-// store (backends/status.h). Usage: tdist-status HOST:PORT [--wait SECONDS]
+// store (backends/status.h). Usage: tdist-status [HOST:PORT | --job PID] [--wait SECONDS]
 //   HOST:PORT   the job's store: MASTER_ADDR:MASTER_PORT, or tdistrun's --rdzv-endpoint
+//   --job PID   the job of the tdistrun with that pid on this machine
+//   (neither)   the job of the one tdistrun of this user running on this machine
 //   --wait S    how long ranks have to answer (default 2)
-// The job's token and TLS files come from the environment as for any tdist process
-// (TDIST_AUTH_TOKEN or TDIST_AUTH_TOKEN_FILE; TDIST_TLS_*). Prints one block per rank: host,
+// tdistrun's jobs are found through their job records (backends/job_record.h), which also
+// hold the token tdistrun made for a job. Otherwise the job's token and TLS files come from
+// the environment as for any tdist process (TDIST_AUTH_TOKEN or TDIST_AUTH_TOKEN_FILE;
+// TDIST_TLS_*); a token set there wins over a record's. Prints one block per rank: host,
 // pid, state (computing / in collective X #N for T s / no answer), the last collective it
 // finished and, while it waits in a collective, the ranks that have not called it.
 // Exit status: 0 when every rank answered, 1 when some did not, 2 on bad input or when no
@@ -12,7 +16,9 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <vector>
 
+#include "backends/job_record.h"
 #include "backends/status.h"
 #include "net/address.h"
 #include "tdist/error.h"
@@ -25,8 +31,51 @@ using tdist::backends::RankStatus;
 
 int usage(const std::string& why) {
   if (!why.empty()) std::cerr << "tdist-status: " << why << "\n";
-  std::cerr << "usage: tdist-status HOST:PORT [--wait SECONDS]\n";
+  std::cerr << "usage: tdist-status [HOST:PORT | --job PID] [--wait SECONDS]\n";
   return 2;
+}
+
+// Which job to ask: HOST:PORT as given, else a tdistrun's record (by `pid`, or the only one
+// running); takes the record's token when the environment gives none. Empty, with the
+// reason on stderr, when there is no such job.
+std::string choose_job(const std::string& endpoint, long pid) {
+  std::vector<tdist::backends::JobRecord> records;
+  try {
+    records = tdist::backends::live_job_records();
+  } catch (const tdist::Error&) {
+    if (endpoint.empty()) throw;  // HOST:PORT given: the records only might add a token
+  }
+  const tdist::backends::JobRecord* chosen = nullptr;
+  for (const auto& r : records) {
+    if ((!endpoint.empty() && r.endpoint == endpoint) || (pid != 0 && r.pid == pid)) chosen = &r;
+  }
+  if (endpoint.empty() && pid == 0) {
+    if (records.size() == 1) chosen = &records[0];
+    if (records.empty()) {
+      std::cerr << "tdist-status: no tdistrun of yours runs on this machine; give the job's "
+                   "store as HOST:PORT\n";
+      return "";
+    }
+    if (records.size() > 1) {
+      std::cerr << "tdist-status: " << records.size() << " tdistruns of yours run here; "
+                << "choose one with --job PID (or give HOST:PORT):\n";
+      for (const auto& r : records) {
+        std::cerr << "  --job " << r.pid << "   run id " << r.run_id << ", store " << r.endpoint
+                  << "\n";
+      }
+      return "";
+    }
+  }
+  if (pid != 0 && chosen == nullptr) {
+    std::cerr << "tdist-status: no tdistrun of yours with pid " << pid << " runs here\n";
+    return "";
+  }
+  const bool token_given =
+      std::getenv("TDIST_AUTH_TOKEN") != nullptr || std::getenv("TDIST_AUTH_TOKEN_FILE") != nullptr;
+  if (chosen != nullptr && !chosen->token.empty() && !token_given) {
+    ::setenv("TDIST_AUTH_TOKEN", chosen->token.c_str(), 1);
+  }
+  return endpoint.empty() ? chosen->endpoint : endpoint;
 }
 
 void print_rank(int rank, const RankStatus* status, const std::map<int, RankStatus>& answers) {
@@ -58,6 +107,7 @@ void print_rank(int rank, const RankStatus* status, const std::map<int, RankStat
 int main(int argc, char** argv) {
   std::string endpoint;
   double wait_s = 2.0;
+  long pid = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "-h" || arg == "--help") {
@@ -71,14 +121,23 @@ int main(int argc, char** argv) {
       if (end == argv[i] || *end != '\0' || !(wait_s > 0 && wait_s <= 3600)) {
         return usage(std::string("--wait must be seconds in (0, 3600], not '") + argv[i] + "'");
       }
+    } else if (arg == "--job") {
+      if (i + 1 >= argc) return usage("--job needs tdistrun's pid");
+      char* end = nullptr;
+      pid = std::strtol(argv[++i], &end, 10);
+      if (end == argv[i] || *end != '\0' || pid <= 0) {
+        return usage(std::string("--job needs tdistrun's pid, not '") + argv[i] + "'");
+      }
     } else if (endpoint.empty() && !arg.starts_with("-")) {
       endpoint = arg;
     } else {
       return usage("unexpected argument '" + arg + "'");
     }
   }
-  if (endpoint.empty()) return usage("no HOST:PORT given");
+  if (!endpoint.empty() && pid != 0) return usage("give HOST:PORT or --job, not both");
   try {
+    endpoint = choose_job(endpoint, pid);
+    if (endpoint.empty()) return 2;
     const tdist::net::HostPort hp = tdist::net::parse_host_port(endpoint);
     tdist::TCPStoreOptions options;
     options.port = hp.port;

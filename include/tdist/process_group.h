@@ -39,6 +39,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tdist/dtype.h"
@@ -221,9 +222,11 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   virtual WorkPtr do_batch_isend_irecv(std::span<const P2POp> ops) = 0;
 
   // For the flight record: a backend says when collective `seq` starts and finishes (with
-  // its error, or null). The group's first failure writes the flight records.
+  // its error, or null, and the algorithm it ran, for the timeline: "ring", "mpi", or
+  // empty when none ran). The group's first failure writes the flight records.
   void note_started(uint64_t seq);
-  void note_finished(uint64_t seq, const std::exception_ptr& error);
+  void note_finished(uint64_t seq, const std::exception_ptr& error,
+                     std::string_view algorithm = {});
 
   // The number the next collective will get (for messages, e.g. abort's); never blocks.
   uint64_t next_seq() const { return next_seq_.load(std::memory_order_acquire); }
@@ -245,6 +248,12 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // written only under it and read anywhere (so not TDIST_GUARDED_BY).
   template <typename Call>
   WorkPtr numbered(const core::OpFingerprint& fp, Call&& call) TDIST_EXCLUDES(issue_mu_);
+  // TDIST_DEBUG=detail (read when the group is made): every rank's fingerprint of the
+  // collective about to be numbered, with this thread's CollectiveDetail, is compared through
+  // the store before anything is sent (backends/detail_check.cc).
+  void detail_check(const core::OpFingerprint& fp);
+  const bool debug_detail_;
+  std::atomic<uint64_t> detail_checks_{0};
   Mutex issue_mu_;
   bool registered_ TDIST_GUARDED_BY(issue_mu_) = false;  // in the flight records' registry
   std::string name_ = "default";
@@ -260,5 +269,27 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // Numbers monitored_barrier calls (apart from the collectives' next_seq_).
   std::atomic<uint64_t> monitored_barriers_{0};
 };
+
+// What the caller adds to the fingerprint of every collective this thread issues while the
+// object lives, for the check of TDIST_DEBUG=detail (debug_detail()): the torch layer gives
+// the tensors' shapes ("shapes [32, 32]"). Ranks whose texts differ get a DesyncError that
+// quotes both. Nested objects: the innermost wins. Without TDIST_DEBUG=detail it is unused.
+class CollectiveDetail {
+ public:
+  explicit CollectiveDetail(std::string text);
+  ~CollectiveDetail();
+  CollectiveDetail(const CollectiveDetail&) = delete;
+  CollectiveDetail& operator=(const CollectiveDetail&) = delete;
+
+  // This thread's innermost text, or empty.
+  static const std::string& current();
+
+ private:
+  std::string text_;
+  const CollectiveDetail* outer_;
+};
+
+// Whether TDIST_DEBUG is "detail" (read once per process; groups read it when made).
+bool debug_detail();
 
 }  // namespace tdist

@@ -115,16 +115,20 @@ void CommProcessGroup::execute(uint64_t seq, const core::OpFingerprint& fp, Work
     return;
   }
   note_started(seq);
+  coll::Algorithm chosen = coll::Algorithm::kAuto;  // for the timeline
+  auto algorithm = [&] {
+    return chosen == coll::Algorithm::kAuto ? std::string_view() : coll::algorithm_name(chosen);
+  };
   try {
     comm_->begin_collective(seq, fp);
-    coll::Ctx ctx{*comm_, seq, core::coarse_deadline_after(timeout()), settings_};
+    coll::Ctx ctx{*comm_, seq, core::coarse_deadline_after(timeout()), settings_, &chosen};
     run(ctx);
-    note_finished(seq, nullptr);
+    note_finished(seq, nullptr, algorithm());
     work.finish();
   } catch (...) {
     std::exception_ptr error = settle(seq, add_context(std::current_exception(), where() + ": "));
     comm_->abort(error);
-    note_finished(seq, error);
+    note_finished(seq, error, algorithm());
     work.finish(error);
   }
 }

@@ -25,6 +25,7 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int size,
       size_(size),
       timeout_(timeout),
       global_ranks_(std::move(global_ranks)),
+      debug_detail_(setting_string("TDIST_DEBUG") == "detail"),
       recorder_(std::make_unique<backends::FlightRecorder>(
           static_cast<size_t>(setting_int("TDIST_FLIGHT_RECORDER_SIZE")))) {
   TDIST_CHECK(store_ != nullptr, InvalidArgument, "ProcessGroup: the store is null");
@@ -95,7 +96,8 @@ ProcessGroup::TraceTrack::~TraceTrack() {
 
 void ProcessGroup::note_started(uint64_t seq) { recorder_->started(seq); }
 
-void ProcessGroup::note_finished(uint64_t seq, const std::exception_ptr& error) {
+void ProcessGroup::note_finished(uint64_t seq, const std::exception_ptr& error,
+                                 std::string_view algorithm) {
   const bool first_failure = recorder_->finished(seq, error);
   if (backends::trace_enabled()) {
     const int rank = global_ranks_[static_cast<size_t>(rank_)];
@@ -104,7 +106,7 @@ void ProcessGroup::note_finished(uint64_t seq, const std::exception_ptr& error) 
       track = backends::trace_track(rank, "group " + name_ + " (" + backend_name() + ")");
       trace_track_.id.store(track, std::memory_order_relaxed);
     }
-    backends::trace_collective(rank, track, name_, seq, *recorder_, error);
+    backends::trace_collective(rank, track, name_, seq, *recorder_, error, algorithm);
   }
   if (!first_failure) return;
   // The group's first failure: what every group of this process was doing.

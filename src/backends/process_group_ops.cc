@@ -66,6 +66,7 @@ void check_peer(const char* op, int peer, int rank, int size) {
 
 template <typename Call>
 WorkPtr ProcessGroup::numbered(const core::OpFingerprint& fp, Call&& call) {
+  if (debug_detail_) detail_check(fp);
   MutexLock lock(issue_mu_);
   const uint64_t seq = next_seq_.load(std::memory_order_relaxed);
   if (!registered_) {

@@ -321,7 +321,8 @@ void trace_instant(int rank, int track, std::string_view name, std::string_view 
 }
 
 void trace_collective(int rank, int track, std::string_view group, uint64_t seq,
-                      const FlightRecorder& recorder, const std::exception_ptr& error) {
+                      const FlightRecorder& recorder, const std::exception_ptr& error,
+                      std::string_view algorithm) {
   const int64_t now = steady_ns();
   TraceArgs args;
   args.add_text("group", group).add_uint("seq", seq);
@@ -344,6 +345,7 @@ void trace_collective(int rank, int track, std::string_view group, uint64_t seq,
     start = op->started_ns != 0 ? op->started_ns : end;  // failed before it started: no length
     if (op->started_ns != 0) args.add_us("queued_us", op->started_ns - op->enqueued_ns);
   }
+  if (!algorithm.empty()) args.add_text("algorithm", algorithm);
   if (error != nullptr) args.add_text("error", what_of(error));
   trace_complete(rank, track, name, "collective", start, end, args);
 }

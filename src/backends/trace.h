@@ -20,7 +20,7 @@
 // flush_trace(), and at process exit (atexit). Each write leaves a complete JSON file (the
 // new events go where the closing "]}" was, followed by a new one). A process that dies by
 // a signal (SIGKILL, or SIGTERM without a handler) loses what it buffered since its last
-// write. The algorithm a collective ran is not recorded (the backends do not report it).
+// write.
 // Cost when TDIST_TRACE is unset: trace_enabled() is one check of a bool read once per
 // process (the first call reads the setting).
 // Thread-safety: every function may be called from any thread.
@@ -70,11 +70,13 @@ void trace_instant(int rank, int track, std::string_view name, std::string_view 
 
 // Collective `seq` of a group, just finished (error: null or its failure): one complete
 // event named by the operation, from the recorder's record of it (started, else queued, to
-// finished), args: group, seq, dtype, count, bytes, root, reduce_op, queued_us, error. When
-// the recorder no longer holds `seq` (TDIST_FLIGHT_RECORDER_SIZE=0, or more operations
-// queued since), the event is named "collective" and has only seq, group and error.
+// finished), args: group, seq, dtype, count, bytes, root, reduce_op, queued_us, algorithm
+// (what the backend ran, when it says: "ring", "hierarchical", "mpi"), error. When the
+// recorder no longer holds `seq` (TDIST_FLIGHT_RECORDER_SIZE=0, or more operations queued
+// since), the event is named "collective" and has only seq, group, algorithm and error.
 void trace_collective(int rank, int track, std::string_view group, uint64_t seq,
-                      const FlightRecorder& recorder, const std::exception_ptr& error);
+                      const FlightRecorder& recorder, const std::exception_ptr& error,
+                      std::string_view algorithm);
 
 // Writes every buffered event now; returns the files written (one per rank with events).
 // Callable any time (tests), also when tracing is off (returns nothing).

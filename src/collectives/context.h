@@ -8,6 +8,9 @@
 // deadline  when the operation must be done; waits throw TimeoutError after it
 // settings  TDIST_ALGO and TDIST_CHUNK_BYTES, parsed once (settings.h): a group passes
 //           its own; left out, the process-wide parse (InvalidArgument from a bad value)
+// chosen    when not null, the collective stores there the algorithm it chose (the first
+//           choice: a hierarchical algorithm's phases run on contexts without it), for
+//           the timeline; written by the thread that runs the collective
 #pragma once
 
 #include <cstdint>
@@ -23,6 +26,7 @@ struct Ctx {
   uint64_t seq;
   Deadline deadline;
   CollectiveSettings settings = CollectiveSettings::process_default();
+  Algorithm* chosen = nullptr;
 };
 
 }  // namespace tdist::coll

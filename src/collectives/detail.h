@@ -55,11 +55,13 @@ inline size_t all_reduce_chunk_elems(const Ctx& ctx, size_t esize) {
 }
 
 // select_algorithm() for this Ctx: its world, its Comm's number of hosts and link class,
-// its settings.
+// its settings. The first choice is stored in ctx.chosen, when the context has one.
 inline Algorithm choose(const Ctx& ctx, Collective c, size_t bytes, Algorithm requested) {
   const transport::Topology& topology = ctx.comm.topology();
-  return select_algorithm(c, bytes, ctx.comm.size(), topology.num_hosts(), topology.link, requested,
-                          ctx.settings.forced(c));
+  const Algorithm chosen = select_algorithm(c, bytes, ctx.comm.size(), topology.num_hosts(),
+                                            topology.link, requested, ctx.settings.forced(c));
+  if (ctx.chosen != nullptr && *ctx.chosen == Algorithm::kAuto) *ctx.chosen = chosen;
+  return chosen;
 }
 
 constexpr size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }

@@ -47,6 +47,12 @@ constexpr auto kSettings = std::to_array<Setting>({
      "pipeline chunk of the ring, chain and halving-doubling collectives, in bytes (unset: also "
      "1 MiB for the out-of-place two-rank all_reduce over shared memory)",
      SettingType::kInt, 1, kGiB},
+    {"TDIST_DEBUG", "off",
+     "off or detail: detail compares each collective's fingerprint (operation, sequence number, "
+     "dtype, count, root, reduce op; the torch layer adds the tensors' shapes) across the "
+     "group's ranks through its store before it runs, and a mismatch is a DesyncError quoting "
+     "both sides (costs a few store round trips per collective)",
+     SettingType::kText, 0, -1, "off|detail"},
     {"TDIST_ENGINE", "auto",
      "engine of the Python torch.distributed backend \"tdist\" when its options name none: "
      "auto, tcp or shm",

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -70,6 +71,14 @@ void check_empty_off_root(const char* op, const char* what, const std::vector<Te
 
 size_t count_of(const Tensor& t) { return static_cast<size_t>(t.numel()); }
 
+// TDIST_DEBUG=detail: the shape of `t` joins the fingerprint of the collective issued while the
+// result lives (ProcessGroup's detail check compares it across ranks). all_to_all's tensors
+// may differ between ranks and have none.
+std::optional<CollectiveDetail> shape_detail(const Tensor& t) {
+  if (!debug_detail()) return std::nullopt;
+  return std::optional<CollectiveDetail>(std::in_place, str_cat("shape ", t.sizes()));
+}
+
 // Element counts per rank of all_to_all_single's `t` split along dim 0 by `splits`.
 std::vector<size_t> split_counts(const char* what, const Tensor& t,
                                  const std::vector<int64_t>& splits, int n) {
@@ -120,6 +129,7 @@ std::shared_ptr<ProcessGroup> Group::resolve(const char* op) const {
 WorkPtr all_reduce_async(const Tensor& tensor, ReduceOp op, Group group) {
   constexpr const char* kOp = "all_reduce";
   auto pg = group.resolve(kOp);
+  const auto shape = shape_detail(tensor);
   const DType dtype = check_tensor(kOp, "tensor", tensor);
   Staging s;
   void* data = stage_output(s, kOp, "tensor", tensor, /*keep_values=*/true);
@@ -129,6 +139,7 @@ WorkPtr all_reduce_async(const Tensor& tensor, ReduceOp op, Group group) {
 WorkPtr broadcast_async(const Tensor& tensor, int src, Group group) {
   constexpr const char* kOp = "broadcast";
   auto pg = group.resolve(kOp);
+  const auto shape = shape_detail(tensor);
   const DType dtype = check_tensor(kOp, "tensor", tensor);
   check_rank(kOp, "src", src, *pg);
   Staging s;
@@ -141,6 +152,7 @@ WorkPtr broadcast_async(const Tensor& tensor, int src, Group group) {
 WorkPtr reduce_async(const Tensor& tensor, int dst, ReduceOp op, Group group) {
   constexpr const char* kOp = "reduce";
   auto pg = group.resolve(kOp);
+  const auto shape = shape_detail(tensor);
   const DType dtype = check_tensor(kOp, "tensor", tensor);
   check_rank(kOp, "dst", dst, *pg);
   Staging s;
@@ -155,6 +167,7 @@ WorkPtr reduce_async(const Tensor& tensor, int dst, ReduceOp op, Group group) {
 WorkPtr all_gather_async(const std::vector<Tensor>& outputs, const Tensor& input, Group group) {
   constexpr const char* kOp = "all_gather";
   auto pg = group.resolve(kOp);
+  const auto shape = shape_detail(input);
   const DType dtype = check_tensor(kOp, "input", input);
   check_list(kOp, "outputs", outputs, *pg, "input", input, /*same_shape=*/true);
   Staging s;
@@ -166,6 +179,7 @@ WorkPtr all_gather_async(const std::vector<Tensor>& outputs, const Tensor& input
 WorkPtr all_gather_into_tensor_async(const Tensor& output, const Tensor& input, Group group) {
   constexpr const char* kOp = "all_gather_into_tensor";
   auto pg = group.resolve(kOp);
+  const auto shape = shape_detail(input);
   const DType dtype = check_tensor(kOp, "input", input);
   check_like(kOp, "output", output, "input", input, /*same_shape=*/false);
   const size_t count = count_of(input);
@@ -185,6 +199,7 @@ WorkPtr gather_async(const Tensor& input, const std::vector<Tensor>& gather_list
                      Group group) {
   constexpr const char* kOp = "gather";
   auto pg = group.resolve(kOp);
+  const auto shape = shape_detail(input);
   const DType dtype = check_tensor(kOp, "input", input);
   check_rank(kOp, "dst", dst, *pg);
   Staging s;
@@ -203,6 +218,7 @@ WorkPtr scatter_async(const Tensor& output, const std::vector<Tensor>& scatter_l
                       Group group) {
   constexpr const char* kOp = "scatter";
   auto pg = group.resolve(kOp);
+  const auto shape = shape_detail(output);
   const DType dtype = check_tensor(kOp, "output", output);
   check_rank(kOp, "src", src, *pg);
   Staging s;
@@ -221,6 +237,7 @@ WorkPtr reduce_scatter_async(const Tensor& output, const std::vector<Tensor>& in
                              Group group) {
   constexpr const char* kOp = "reduce_scatter";
   auto pg = group.resolve(kOp);
+  const auto shape = shape_detail(output);
   const DType dtype = check_tensor(kOp, "output", output);
   check_list(kOp, "inputs", inputs, *pg, "output", output, /*same_shape=*/true);
   Staging s;
@@ -233,6 +250,7 @@ WorkPtr reduce_scatter_tensor_async(const Tensor& output, const Tensor& input, R
                                     Group group) {
   constexpr const char* kOp = "reduce_scatter_tensor";
   auto pg = group.resolve(kOp);
+  const auto shape = shape_detail(output);
   const DType dtype = check_tensor(kOp, "output", output);
   check_like(kOp, "input", input, "output", output, /*same_shape=*/false);
   const size_t count = count_of(output);

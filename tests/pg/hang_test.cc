@@ -7,6 +7,8 @@
 //  - mismatch: rank 1 calls broadcast where the others call all_reduce.
 //  - sleep: rank 1 computes for a while before its second all_reduce.
 //  - kill: rank 1 is SIGKILLed.
+// And a job started by tdistrun, which makes the job's token: tdist-status finds the job and
+// the token through tdistrun's job record, with no arguments.
 // Every run has a deadline: workers still running at it are SIGKILLed and reaped.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -223,6 +225,71 @@ TEST(HangTest, AKilledRankFailsTheOthersAndStatusSaysItDoesNotAnswer) {
   EXPECT_EQ(codes[0], 0);
   EXPECT_EQ(codes[1], 128 + SIGKILL);
   EXPECT_EQ(codes[2], 0);
+}
+
+// tdistrun's job record (backends/job_record.h) lives under XDG_RUNTIME_DIR, here a folder of
+// the test's own.
+TEST(HangTest, TdistStatusFindsATdistrunJobAndTheTokenTdistrunMade) {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "tdist_hang_XXXXXX").string();
+  ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+  const std::string dir = tmpl;
+  const std::string runtime = dir + "/runtime";
+  const std::string elsewhere = dir + "/elsewhere";
+  std::filesystem::create_directories(runtime);
+  std::filesystem::create_directories(elsewhere);
+  std::vector<std::string> envs = test_support::environment_without(is_managed);
+  envs.push_back("XDG_RUNTIME_DIR=" + runtime);
+  const pid_t launcher = test_support::spawn_exec(
+      {TDIST_TDISTRUN_BIN, "--standalone", "--nproc-per-node", std::to_string(kWorld),
+       TDIST_HANG_WORKER, "sleep", dir, pg_test::test_backend(), "60000"},
+      std::move(envs));
+  auto exists = [&](const std::string& name) { return std::filesystem::exists(dir + "/" + name); };
+  const auto deadline = std::chrono::steady_clock::now() + seconds(30);
+  while (!(exists("at0") && exists("at2")) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  const std::string record_path = runtime + "/tdist/job-" + std::to_string(launcher);
+  const std::string record = read(record_path);
+  EXPECT_TRUE(contains(record, "token=")) << record;
+  const size_t at = record.find("endpoint=");
+  ASSERT_NE(at, std::string::npos) << record;
+  const std::string endpoint = record.substr(at + 9, record.find('\n', at) - at - 9);
+
+  const std::string status_bin =
+      std::string("env -u TDIST_AUTH_TOKEN -u TDIST_AUTH_TOKEN_FILE ") + TDIST_STATUS_BIN;
+  std::string out;
+  EXPECT_EQ(run_command("XDG_RUNTIME_DIR=" + runtime + " " + status_bin, &out), 0) << out;
+  EXPECT_TRUE(contains(out, "job at " + endpoint + ": 3 ranks, 3 answered")) << out;
+  EXPECT_TRUE(contains(out, "waiting for rank 1 (computing; last: all_reduce #0 f32 x4 sum)"))
+      << out;
+  EXPECT_EQ(run_command("XDG_RUNTIME_DIR=" + runtime + " " + status_bin + " --job " +
+                            std::to_string(launcher),
+                        &out),
+            0)
+      << out;
+  // Without the record, the endpoint alone is not enough: the job's store wants the token.
+  EXPECT_EQ(run_command("XDG_RUNTIME_DIR=" + elsewhere + " " + status_bin + " " + endpoint, &out),
+            2)
+      << out;
+  EXPECT_FALSE(contains(out, "answered")) << out;
+  EXPECT_EQ(run_command("XDG_RUNTIME_DIR=" + elsewhere + " " + status_bin, &out), 2) << out;
+  EXPECT_TRUE(contains(out, "no tdistrun of yours runs on this machine")) << out;
+
+  std::ofstream(dir + "/release") << "go";
+  int status = 0;
+  const auto end = std::chrono::steady_clock::now() + seconds(30);
+  while (::waitpid(launcher, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > end) {
+      ::kill(launcher, SIGKILL);
+      ::waitpid(launcher, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_FALSE(std::filesystem::exists(record_path));  // removed at exit
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
 }  // namespace

@@ -122,6 +122,11 @@ TEST(Trace, EveryCollectiveIsOneCompleteEventOnItsGroupsTrack) {
     EXPECT_EQ(e.at("args").at("reduce_op"), "sum");
     EXPECT_FALSE(e.at("args").contains("error"));
     EXPECT_FALSE(e.at("args").contains("root"));
+    // The algorithm that ran: one of all_reduce's, by size and topology (selection.h).
+    const std::string algorithm = e.at("args").value("algorithm", "");
+    EXPECT_TRUE(algorithm == "ring" || algorithm == "halving_doubling" ||
+                algorithm == "recursive_doubling")
+        << algorithm;
     EXPECT_GE(e.at("dur").get<double>(), 0.0);
     // Wall-clock microseconds: within a minute of now.
     const double now_us =
@@ -153,6 +158,7 @@ TEST(Trace, EveryCollectiveIsOneCompleteEventOnItsGroupsTrack) {
     auto bar = events(trace, {{"name", "barrier"}, {"group", "default"}, {"seq", 4}});
     ASSERT_EQ(bar.size(), 1u);
     EXPECT_FALSE(bar[0].at("args").contains("bytes"));
+    EXPECT_EQ(bar[0].at("args").at("algorithm"), "dissemination");
 
     auto sub = events(trace, {{"name", "all_reduce"}, {"group", "group/0"}, {"reduce_op", "min"}});
     ASSERT_EQ(sub.size(), 1u);

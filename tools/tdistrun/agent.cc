@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/job_record.h"
 #include "tdist/error.h"
 #include "tdist/settings.h"
 #include "tdistrun/failure.h"
@@ -127,10 +128,35 @@ class RunDirectory {
   bool remove_ = true;
 };
 
+// This tdistrun's job record (backends/job_record.h: how tdist-status finds the job and,
+// when tdistrun made it, its token), removed when the agent ends.
+class JobRecordFile {
+ public:
+  JobRecordFile() = default;
+  ~JobRecordFile() { backends::remove_job_record(path_); }
+  JobRecordFile(const JobRecordFile&) = delete;
+  JobRecordFile& operator=(const JobRecordFile&) = delete;
+
+  void write(const backends::JobRecord& record) {
+    try {
+      path_ = backends::write_job_record(record);
+    } catch (const Error& e) {  // the job runs anyway; only tdist-status without arguments lacks it
+      say(std::string("warning: ") + e.what());
+    }
+  }
+
+ private:
+  std::string path_;
+};
+
 class Agent {
  public:
-  explicit Agent(const Options& options)
-      : options_(options), host_(hostname()), dir_(options), signals_(Signals::install()) {}
+  Agent(const Options& options, bool fresh_token)
+      : options_(options),
+        fresh_token_(fresh_token),
+        host_(hostname()),
+        dir_(options),
+        signals_(Signals::install()) {}
 
   // The job, then its timeline when TDIST_TRACE asks for one (whatever the outcome).
   int run() {
@@ -147,6 +173,11 @@ class Agent {
     std::unique_ptr<NodeRendezvous> rdzv =
         interruptible(signals_, [&] { return std::make_unique<NodeRendezvous>(rdzv_config()); });
     rdzv_ = rdzv.get();
+    backends::JobRecord record;
+    record.endpoint = store_endpoint();
+    record.run_id = options_.rdzv_id;
+    if (fresh_token_) record.token = setting_string("TDIST_AUTH_TOKEN");
+    job_record_.write(record);
     for (;;) {
       const Round round = interruptible(signals_, [&] { return rdzv_->join(); });
       const Outcome outcome = run_round(round);
@@ -355,6 +386,7 @@ class Agent {
   static constexpr size_t kTailLines = 20;
 
   const Options& options_;
+  const bool fresh_token_;
   const std::string host_;
   RunDirectory dir_;
   Signals& signals_;
@@ -364,10 +396,13 @@ class Agent {
   int signalled_ = 0;
   const std::string trace_dir_ = setting_string("TDIST_TRACE");  // the workers inherit it
   int world_size_ = 0;                                           // of the last round
+  JobRecordFile job_record_;
 };
 
 }  // namespace
 
-int run_agent(const Options& options) { return Agent(options).run(); }
+int run_agent(const Options& options, bool fresh_token) {
+  return Agent(options, fresh_token).run();
+}
 
 }  // namespace tdist::launcher

@@ -17,6 +17,8 @@
 
 namespace tdist::launcher {
 
-int run_agent(const Options& options);
+// fresh_token: the job's token was made by this tdistrun (ensure_job_token), so its job
+// record (backends/job_record.h) carries it for tdist-status.
+int run_agent(const Options& options, bool fresh_token = false);
 
 }  // namespace tdist::launcher

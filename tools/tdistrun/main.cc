@@ -54,9 +54,9 @@ int main(int argc, char** argv) {
     }
     // A bad TDIST_* value is refused before any worker starts (the workers would inherit it).
     tdist::check_settings();
-    ensure_job_token(parsed.options);  // before any thread exists: it may setenv
-    watchdog::start();                 // before any thread exists: it is forked
-    const int code = run_agent(parsed.options);
+    const bool fresh = ensure_job_token(parsed.options) == "fresh";  // before any thread: setenv
+    watchdog::start();  // before any thread exists: it is forked
+    const int code = run_agent(parsed.options, fresh);
     watchdog::finish();
     return code;
   } catch (const UsageError& e) {

@@ -128,7 +128,7 @@ void MpiProcessGroup::execute(uint64_t seq, Work& work, const std::function<void
   note_started(seq);
   try {
     run(comm_);
-    note_finished(seq, nullptr);
+    note_finished(seq, nullptr, "mpi");
     work.finish();
   } catch (...) {
     std::exception_ptr error = add_context(std::current_exception(), where + ": ");
@@ -136,7 +136,7 @@ void MpiProcessGroup::execute(uint64_t seq, Work& work, const std::function<void
       MutexLock lock(mu_);
       if (!aborted_) aborted_ = error;
     }
-    note_finished(seq, error);
+    note_finished(seq, error, "mpi");
     work.finish(error);
   }
 }
