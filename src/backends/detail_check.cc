@@ -97,9 +97,7 @@ void ProcessGroup::detail_check(const core::OpFingerprint& fp) {
   for (int r = 0; r < size_; ++r) keys.push_back(key(r));
   const std::string context =
       detail::str_cat(name(rank_), " of group ", name_, " (", backend_name(),
-                      "), TDIST_DEBUG=detail "
-                      "check of ",
-                      fp.describe(seq), ": ");
+                      "), TDIST_DEBUG=detail check of ", fp.describe(seq), ": ");
   try {
     store_->wait(keys, timeout_ > std::chrono::hours(24 * 365) ? Deadline::never()
                                                                : Deadline::after(timeout_));
