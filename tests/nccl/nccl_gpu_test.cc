@@ -4,7 +4,8 @@
 // timeout. A world of one runs in this process; when the machine has two GPUs or more,
 // the same checks run on min(devices, 4) ranks as processes (this binary with --worker,
 // one device each through LOCAL_RANK, meeting through a FileStore); with one GPU that
-// case skips, since NCCL refuses two ranks on one device.
+// case skips, since NCCL refuses two ranks on one device. `--count-devices` prints the
+// number of devices the CUDA runtime sees (scripts/gpu_check.sh's probe).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -471,6 +472,17 @@ TEST(NcclGpuMultiProcess, EveryCollectiveOnOneGpuPerRank) {
 }  // namespace tdist::nccl_gpu_test
 
 int main(int argc, char** argv) {
+  // scripts/gpu_check.sh's probe: the number of devices, or why there is none (exit 1).
+  if (argc == 2 && std::string(argv[1]) == "--count-devices") {
+    int n = 0;
+    const cudaError_t rc = cudaGetDeviceCount(&n);
+    if (rc != cudaSuccess) {
+      std::cout << cudaGetErrorName(rc) << ": " << cudaGetErrorString(rc) << "\n";
+      return 1;
+    }
+    std::cout << n << "\n";
+    return 0;
+  }
   if (argc == 5 && std::string(argv[1]) == "--worker") {
     return tdist::nccl_gpu_test::worker(std::stoi(argv[2]), std::stoi(argv[3]), argv[4]);
   }
