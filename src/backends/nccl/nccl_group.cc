@@ -21,27 +21,20 @@ constexpr auto kIdleTick = std::chrono::milliseconds(100);
 // The longest sleep of a thread polling an event or NCCL's progress.
 constexpr auto kLongestPause = std::chrono::microseconds(1000);
 
-// Makes `device` the calling thread's current CUDA device for its scope, then restores the
-// one it had.
-// The quiet form (destructors) ignores errors.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device, bool quiet = false) {
-    if (quiet) {
-      if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = device;
-      if (previous_ != device) cudaSetDevice(device);
-      return;
-    }
-    check_cuda(cudaGetDevice(&previous_), "nccl: cudaGetDevice");
-    if (previous_ != device) check_cuda(cudaSetDevice(device), "nccl: cudaSetDevice");
-  }
-  ~DeviceGuard() { cudaSetDevice(previous_); }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
+// Makes `device` the calling thread's current CUDA device (when it is not already). It is
+// not restored afterwards: setting a thread's device back to one it never used would make
+// a CUDA context there (CUDA 12 and later), costing memory on another rank's GPU.
+void use_device(int device) {
+  int current = -1;
+  check_cuda(cudaGetDevice(&current), "nccl: cudaGetDevice");
+  if (current != device) check_cuda(cudaSetDevice(device), "nccl: cudaSetDevice");
+}
 
- private:
-  int previous_ = 0;
-};
+// The same for destructors and the abort path: errors are ignored.
+void use_device_quietly(int device) noexcept {
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || current != device) cudaSetDevice(device);
+}
 
 // Sleeps the next step of a 10 us doubling backoff, at most until `deadline`.
 void pause(std::chrono::microseconds& step, Deadline deadline) {
@@ -155,7 +148,7 @@ NcclProcessGroup::NcclProcessGroup(int device, std::shared_ptr<Store> store, int
   const Deadline deadline = Deadline::after(timeout);
   const std::string what =
       detail::str_cat("nccl: rank ", rank, "/", size, " on CUDA device ", device, ": ");
-  DeviceGuard on_device(device_);
+  use_device(device_);
   ncclComm_t comm = nullptr;
   try {
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
@@ -200,7 +193,7 @@ NcclProcessGroup::~NcclProcessGroup() {
   }
   cv_.notify_all();
   if (watchdog_.joinable()) watchdog_.join();
-  DeviceGuard on_device(device_, /*quiet=*/true);
+  use_device_quietly(device_);
   ncclComm_t comm = nullptr;
   {
     MutexLock lock(launch_mu_);
@@ -251,7 +244,7 @@ WorkPtr NcclProcessGroup::launch(const char* op, std::optional<uint64_t> seq,
     MutexLock lock(launch_mu_);
     try {
       TDIST_CHECK(comm_ != nullptr, PeerError, "the group's communicator was aborted");
-      DeviceGuard on_device(device_);
+      use_device(device_);
       check_cuda(cudaEventCreateWithFlags(&work->event_, cudaEventDisableTiming),
                  "nccl: cudaEventCreateWithFlags");
       Enqueuer e(comm_, stream_, rank(), timeout(), abort_requested_);
@@ -314,7 +307,7 @@ void NcclProcessGroup::fail(std::exception_ptr error) {
   {
     MutexLock lock(launch_mu_);
     if (comm_ != nullptr) {
-      DeviceGuard on_device(device_, /*quiet=*/true);
+      use_device_quietly(device_);
       ncclCommAbort(comm_);
       comm_ = nullptr;
     }
@@ -350,7 +343,7 @@ void NcclProcessGroup::check_async_error() {
 
 void NcclProcessGroup::watchdog() {
   try {
-    check_cuda(cudaSetDevice(device_), "nccl: the watchdog's cudaSetDevice");
+    use_device(device_);
   } catch (...) {
     fail(std::current_exception());
   }
