@@ -31,7 +31,10 @@
 // (ncclCommAbort), which ends the kernels still waiting on peers, and every pending and
 // later operation of the group fails with that error, in the style of the other backends
 // ("rank 1/2 (nccl) all_reduce #7: ..."). abort() does the same with PeerError. A dead peer
-// is seen where NCCL's transport reports it (network transports) or at the deadline.
+// is seen where NCCL's transport reports it (network transports) or at the deadline. The
+// failure is this rank's: it is not announced to the peers (unlike ProcessGroup's
+// contract for abort()), which see it where NCCL's transport reports the aborted
+// connections, else at their own deadline.
 //
 // Thread-safety: as ProcessGroup. Destruction waits for the pending operations (each ends
 // by its deadline at the latest), stops the watchdog and frees the communicator (or has
