@@ -84,6 +84,7 @@ void NcclWork::poll(Deadline deadline) {
 
 void Enqueuer::await(ncclResult_t rc, const char* what) const {
   check_nccl(rc, what, comm_);
+  if (rc == ncclSuccess) return;  // NCCL has the call
   const Deadline deadline = Deadline::after(timeout_);
   auto step = std::chrono::microseconds(10);
   for (;;) {
