@@ -16,7 +16,7 @@ namespace {
 
 constexpr const char* kUniqueIdKey = "nccl/unique_id";
 // How often the watchdog looks while operations are pending, and while none are.
-constexpr auto kBusyTick = std::chrono::milliseconds(1);
+constexpr auto kBusyTick = std::chrono::milliseconds(5);
 constexpr auto kIdleTick = std::chrono::milliseconds(100);
 // The longest sleep of a thread polling an event or NCCL's progress.
 constexpr auto kLongestPause = std::chrono::microseconds(1000);
