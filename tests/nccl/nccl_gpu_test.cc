@@ -385,7 +385,7 @@ TEST(NcclGpuWorld1, AbortFailsLaterOperationsWithPeerError) {
   }
 }
 
-TEST(NcclGpuWorld1, BitwiseOpsAndForeignPointersAreRefusedBeforeAnythingRuns) {
+TEST(NcclGpuWorld1, BitwiseOpsAreRefusedBeforeAnythingRuns) {
   require_gpu();
   auto pg = backend_factory("nccl")(std::make_shared<HashStore>(), 0, 1, 60s);
   DeviceBuffer buf(64);
