@@ -385,11 +385,20 @@ TEST(NcclGpuWorld1, AbortFailsLaterOperationsWithPeerError) {
   }
 }
 
-TEST(NcclGpuWorld1, BitwiseOpsAreRefusedBeforeAnythingRuns) {
+TEST(NcclGpuWorld1, BitwiseOpsAndHostMemoryAreRefusedBeforeAnythingRuns) {
   require_gpu();
   auto pg = backend_factory("nccl")(std::make_shared<HashStore>(), 0, 1, 60s);
   DeviceBuffer buf(64);
   EXPECT_THROW(pg->all_reduce(buf.get(), 16, DType::kI32, ReduceOpKind::kBxor), InvalidArgument);
+  // Host memory is refused by name instead of reaching NCCL's kernels.
+  std::vector<int32_t> host(16);
+  try {
+    pg->all_reduce(host.data(), 16, DType::kI32, ReduceOpKind::kSum);
+    ADD_FAILURE() << "an all_reduce on host memory was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("all_reduce: send is host memory"), std::string::npos)
+        << e.what();
+  }
   // The group goes on: the refused call took no sequence number.
   pg->all_reduce(buf.get(), 16, DType::kI32, ReduceOpKind::kMax)->wait();
   pg->barrier()->wait();

@@ -1,7 +1,7 @@
 // What the nccl backend decides without a GPU (nccl_runtime.h): tdist's dtypes and reduce
 // ops as NCCL's (bool as uint8; its sum/max as OR and prod/min as AND; no bitwise ops), the
-// device a process picks (TDIST_NCCL_DEVICE, LOCAL_RANK modulo the device count, 0), and
-// the exceptions CUDA and NCCL status codes become.
+// device a process picks (TDIST_NCCL_DEVICE, LOCAL_RANK modulo the device count, 0), which
+// memory may be a buffer, and the exceptions CUDA and NCCL status codes become.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -144,6 +144,16 @@ TEST(NcclMappingTest, TheDeviceSettingIsDeclared) {
   const Setting& s = find_setting("TDIST_NCCL_DEVICE");
   EXPECT_EQ(s.default_value, "-1");
   EXPECT_NE(s.description.find("LOCAL_RANK"), std::string_view::npos);
+}
+
+TEST(NcclMappingTest, OnlyDeviceMemoryOfTheGroupsDeviceOrManagedMemoryIsABuffer) {
+  EXPECT_EQ(buffer_problem(cudaMemoryTypeDevice, 1, 1), "");
+  EXPECT_EQ(buffer_problem(cudaMemoryTypeManaged, 0, 1), "");
+  EXPECT_EQ(buffer_problem(cudaMemoryTypeDevice, 0, 1),
+            "device memory of CUDA device 0, not of the group's device 1");
+  EXPECT_NE(buffer_problem(cudaMemoryTypeHost, 0, 0).find("pinned host memory"), std::string::npos);
+  EXPECT_NE(buffer_problem(cudaMemoryTypeUnregistered, 0, 0).find("host memory"),
+            std::string::npos);
 }
 
 TEST(NcclMappingTest, StatusCodesBecomeTdistExceptions) {

@@ -114,6 +114,8 @@ void check_op(const char* what, ReduceOp op, DType dtype) {
 
 WorkPtr NcclProcessGroup::do_all_reduce(uint64_t seq, const void* send, void* recv, size_t count,
                                         DType dtype, ReduceOp op) {
+  check_buffer("all_reduce", "send", send, count);
+  check_buffer("all_reduce", "recv", recv, count);
   check_op("all_reduce", op, dtype);
   return launch("all_reduce", seq, [=](Enqueuer& e) {
     if (count == 0) return;
@@ -126,6 +128,7 @@ WorkPtr NcclProcessGroup::do_all_reduce(uint64_t seq, const void* send, void* re
 
 WorkPtr NcclProcessGroup::do_broadcast(uint64_t seq, void* data, size_t count, DType dtype,
                                        int root) {
+  check_buffer("broadcast", "data", data, count);
   return launch("broadcast", seq, [=](Enqueuer& e) {
     if (count == 0) return;
     e.await(ncclBroadcast(data, data, count, nccl_datatype(dtype), root, e.comm(), e.stream()),
@@ -135,6 +138,8 @@ WorkPtr NcclProcessGroup::do_broadcast(uint64_t seq, void* data, size_t count, D
 
 WorkPtr NcclProcessGroup::do_reduce(uint64_t seq, const void* send, void* recv, size_t count,
                                     DType dtype, ReduceOp op, int root) {
+  check_buffer("reduce", "send", send, count);
+  if (rank() == root) check_buffer("reduce", "recv", recv, count);
   check_op("reduce", op, dtype);
   return launch("reduce", seq, [=](Enqueuer& e) {
     if (count == 0) return;
@@ -147,6 +152,8 @@ WorkPtr NcclProcessGroup::do_reduce(uint64_t seq, const void* send, void* recv, 
 
 WorkPtr NcclProcessGroup::do_all_gather(uint64_t seq, const void* send, void* recv, size_t count,
                                         DType dtype) {
+  check_buffer("all_gather", "send", send, count);
+  check_buffer("all_gather", "recv", recv, count);
   const size_t all = count * static_cast<size_t>(size());
   const void* mine = at(recv, count * static_cast<size_t>(rank()), dtype);
   // NCCL's in-place form is send at this rank's block; any other overlap goes from a copy.
@@ -162,6 +169,8 @@ WorkPtr NcclProcessGroup::do_all_gather(uint64_t seq, const void* send, void* re
 
 WorkPtr NcclProcessGroup::do_reduce_scatter(uint64_t seq, const void* send, void* recv,
                                             size_t count, DType dtype, ReduceOp op) {
+  check_buffer("reduce_scatter", "send", send, count);
+  check_buffer("reduce_scatter", "recv", recv, count);
   check_op("reduce_scatter", op, dtype);
   const size_t all = count * static_cast<size_t>(size());
   const void* mine = at(send, count * static_cast<size_t>(rank()), dtype);
@@ -181,6 +190,9 @@ WorkPtr NcclProcessGroup::do_reduce_scatter(uint64_t seq, const void* send, void
 WorkPtr NcclProcessGroup::do_all_gatherv(uint64_t seq, const void* send, size_t send_count,
                                          void* recv, std::span<const size_t> recv_counts,
                                          DType dtype) {
+  check_buffer("all_gatherv", "send", send, send_count);
+  check_buffer("all_gatherv", "recv", recv,
+               std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0}));
   const std::vector<size_t> counts(recv_counts.begin(), recv_counts.end());
   const std::vector<size_t> offs = offsets(recv_counts);
   const int me = rank();
@@ -201,6 +213,8 @@ WorkPtr NcclProcessGroup::do_all_gatherv(uint64_t seq, const void* send, size_t 
 
 WorkPtr NcclProcessGroup::do_gather(uint64_t seq, const void* send, void* recv, size_t count,
                                     DType dtype, int root) {
+  check_buffer("gather", "send", send, count);
+  if (rank() == root) check_buffer("gather", "recv", recv, count);
   const int me = rank();
   const int world = size();
   return launch("gather", seq, [=](Enqueuer& e) {
@@ -222,6 +236,8 @@ WorkPtr NcclProcessGroup::do_gather(uint64_t seq, const void* send, void* recv, 
 
 WorkPtr NcclProcessGroup::do_scatter(uint64_t seq, const void* send, void* recv, size_t count,
                                      DType dtype, int root) {
+  check_buffer("scatter", "recv", recv, count);
+  if (rank() == root) check_buffer("scatter", "send", send, count);
   const int me = rank();
   const int world = size();
   return launch("scatter", seq, [=](Enqueuer& e) {
@@ -279,6 +295,8 @@ std::function<void(Enqueuer&)> all_to_allv_enqueue(const void* send,
 
 WorkPtr NcclProcessGroup::do_all_to_all(uint64_t seq, const void* send, void* recv, size_t count,
                                         DType dtype) {
+  check_buffer("all_to_all", "send", send, count);
+  check_buffer("all_to_all", "recv", recv, count);
   const std::vector<size_t> counts(static_cast<size_t>(size()), count);
   return launch("all_to_all", seq, all_to_allv_enqueue(send, counts, recv, counts, dtype, rank()));
 }
@@ -286,6 +304,10 @@ WorkPtr NcclProcessGroup::do_all_to_all(uint64_t seq, const void* send, void* re
 WorkPtr NcclProcessGroup::do_all_to_allv(uint64_t seq, const void* send,
                                          std::span<const size_t> send_counts, void* recv,
                                          std::span<const size_t> recv_counts, DType dtype) {
+  check_buffer("all_to_allv", "send", send,
+               std::accumulate(send_counts.begin(), send_counts.end(), size_t{0}));
+  check_buffer("all_to_allv", "recv", recv,
+               std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0}));
   return launch("all_to_allv", seq,
                 all_to_allv_enqueue(send, send_counts, recv, recv_counts, dtype, rank()));
 }

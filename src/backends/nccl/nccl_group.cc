@@ -225,6 +225,20 @@ std::string NcclProcessGroup::where(const std::string& op, std::optional<uint64_
   return detail::str_cat("rank ", rank(), "/", size(), " (nccl) ", op);
 }
 
+void NcclProcessGroup::check_buffer(const char* op, const char* name, const void* p,
+                                    size_t count) const {
+  if (p == nullptr || count == 0) return;
+  cudaPointerAttributes attributes{};
+  const cudaError_t rc = cudaPointerGetAttributes(&attributes, p);
+  if (rc != cudaSuccess) cudaGetLastError();  // not sticky: clear it for later calls
+  const std::string problem =
+      rc == cudaSuccess ? buffer_problem(attributes.type, attributes.device, device_)
+                        : std::string("not memory CUDA knows (") + cudaGetErrorString(rc) + ")";
+  TDIST_CHECK(problem.empty(), InvalidArgument, op, ": ", name, " is ", problem,
+              "; the nccl backend takes device memory of CUDA device ", device_,
+              " (the group's device)");
+}
+
 std::exception_ptr NcclProcessGroup::failure() const {
   MutexLock lock(mu_);
   return failed_;

@@ -2,7 +2,9 @@
 // communicator.
 //
 // Buffers: every pointer given to this group is CUDA device memory of the group's device
-// (device(); nccl_backend.h says how it is chosen). Sub-groups use the same device.
+// (device(); nccl_backend.h says how it is chosen) or managed memory; anything else (host
+// memory, another device's) is InvalidArgument before the call is numbered
+// (cudaPointerGetAttributes). Sub-groups use the same device.
 //
 // Setup: rank 0 makes the ncclUniqueId and puts it under the key `nccl/unique_id` of the
 // group's store (its own namespace), the others read it from there; the communicator is
@@ -174,6 +176,11 @@ class NcclProcessGroup : public ProcessGroup {
   // Work's event; a failure fails the group and the Work.
   WorkPtr launch(const char* op, std::optional<uint64_t> seq, const Enqueue& enqueue)
       TDIST_EXCLUDES(launch_mu_, mu_);
+
+  // InvalidArgument "<op>: <name> is host memory ..., but the nccl backend takes device
+  // memory of CUDA device N" unless `p` (with a non-zero count) is device memory of the
+  // group's device or managed memory; before anything is numbered or launched.
+  void check_buffer(const char* op, const char* name, const void* p, size_t count) const;
 
   // Settles `work` when its event completed (success) or the group failed (its error);
   // returns whether it is settled.

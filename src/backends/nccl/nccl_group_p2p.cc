@@ -17,6 +17,7 @@ WorkPtr NcclProcessGroup::do_batch_isend_irecv(std::span<const P2POp> ops) {
   std::vector<Enqueuer::Transfer> recvs;
   // One NCCL group takes one dtype per call: each op goes as its own transfer in bytes.
   for (const P2POp& op : ops) {
+    check_buffer(p2p_name(ops), "the buffer", op.data, op.count);
     const Enqueuer::Transfer t{op.peer, op.data, op.count * dtype_size(op.dtype)};
     (op.kind == P2POp::Kind::kSend ? sends : recvs).push_back(t);
   }

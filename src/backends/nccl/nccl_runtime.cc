@@ -79,6 +79,22 @@ int choose_device(int device_count) {
   return choose_device(device_count, setting_int("TDIST_NCCL_DEVICE"), env_string("LOCAL_RANK"));
 }
 
+std::string buffer_problem(cudaMemoryType type, int device, int group_device) {
+  switch (type) {
+    case cudaMemoryTypeDevice:
+      if (device == group_device) return "";
+      return detail::str_cat("device memory of CUDA device ", device,
+                             ", not of the group's device ", group_device);
+    case cudaMemoryTypeManaged:
+      return "";
+    case cudaMemoryTypeHost:
+      return "pinned host memory (cudaMallocHost), not device memory";
+    case cudaMemoryTypeUnregistered:
+      break;
+  }
+  return "host memory (not known to CUDA), not device memory";
+}
+
 int visible_devices() {
   int count = 0;
   const cudaError_t rc = cudaGetDeviceCount(&count);

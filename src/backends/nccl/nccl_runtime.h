@@ -36,6 +36,11 @@ int choose_device(int device_count, int64_t nccl_device, std::string_view local_
 // The same from the environment (TDIST_NCCL_DEVICE, LOCAL_RANK).
 int choose_device(int device_count);
 
+// Why memory of `type` on `device` cannot be a buffer of a group on `group_device` (NCCL
+// reads and writes it from that device's kernels), or "" when it can: device memory of the
+// group's device, or managed memory. E.g. "host memory (not registered with CUDA)".
+std::string buffer_problem(cudaMemoryType type, int device, int group_device);
+
 // The number of visible CUDA devices; Error "nccl: no CUDA device is visible: <why>" when
 // there is none or the CUDA runtime cannot tell (no driver, no device).
 int visible_devices();
