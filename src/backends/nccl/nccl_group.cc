@@ -180,6 +180,12 @@ NcclProcessGroup::NcclProcessGroup(int device, std::shared_ptr<Store> store, int
     MutexLock lock(launch_mu_);
     comm_ = comm;
   }
+  notice_ = std::make_unique<FailureNotice>(this->store(), [this](const std::string& text) {
+    fail(std::make_exception_ptr(
+             PeerError(detail::str_cat("rank ", this->rank(), "/", this->size(),
+                                       " (nccl): another rank of the group failed: ", text))),
+         /*announce=*/false);
+  });
   watchdog_ = std::thread([this] { watchdog(); });
   TDIST_LOG(kDebug) << "nccl: rank " << rank << "/" << size << " on CUDA device " << device
                     << ", NCCL " << nccl_runtime_version();
@@ -194,6 +200,7 @@ NcclProcessGroup::~NcclProcessGroup() {
   }
   cv_.notify_all();
   if (watchdog_.joinable()) watchdog_.join();
+  notice_.reset();  // no peer's notice fails the group after this
   use_device_quietly(device_);
   ncclComm_t comm = nullptr;
   {
@@ -311,13 +318,14 @@ void NcclProcessGroup::settle(NcclWork& work, std::exception_ptr error) {
   cv_.notify_all();  // the watchdog drops it; a destructor may wait for that
 }
 
-void NcclProcessGroup::fail(std::exception_ptr error) {
+void NcclProcessGroup::fail(std::exception_ptr error, bool announce) {
   {
     MutexLock lock(mu_);
     if (failed_) return;
     failed_ = error;
   }
   abort_requested_.store(true, std::memory_order_release);
+  if (announce && notice_) notice_->announce(what_of(error));
   TDIST_LOG(kWarn) << "nccl: " << what_of(error) << "; aborting the NCCL communicator";
   {
     MutexLock lock(launch_mu_);
@@ -378,6 +386,7 @@ void NcclProcessGroup::watchdog() {
       }
       pending.assign(pending_.begin(), pending_.end());
     }
+    notice_->watch(!pending.empty());  // outside mu_: a peer's notice takes it in fail()
     // Completions, in stream order: the first not ready ends the pass.
     for (const auto& work : pending) {
       if (!try_settle(*work)) {

@@ -34,9 +34,10 @@
 // later operation of the group fails with that error, in the style of the other backends
 // ("rank 1/2 (nccl) all_reduce #7: ..."). abort() does the same with PeerError. A dead peer
 // is seen where NCCL's transport reports it (network transports) or at the deadline. The
-// failure is this rank's: it is not announced to the peers (unlike ProcessGroup's
-// contract for abort()), which see it where NCCL's transport reports the aborted
-// connections, else at their own deadline.
+// first failure on a rank is announced to the others through the group's store
+// (failure_notice.h): a rank with operations pending sees it within a second and fails
+// with PeerError quoting it, so an abort() or a timeout on one rank ends the group on all.
+// A SIGKILLed rank announces nothing: its peers fail at NCCL's report or their deadline.
 //
 // Thread-safety: as ProcessGroup. Destruction waits for the pending operations (each ends
 // by its deadline at the latest), stops the watchdog and frees the communicator (or has
@@ -58,6 +59,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends/nccl/failure_notice.h"
 #include "tdist/process_group.h"
 #include "tdist/thread_annotations.h"
 
@@ -186,8 +188,9 @@ class NcclProcessGroup : public ProcessGroup {
   // returns whether it is settled.
   bool try_settle(NcclWork& work) TDIST_EXCLUDES(mu_);
   void settle(NcclWork& work, std::exception_ptr error);
-  // The group's first failure: records it, aborts the communicator, wakes the watchdog.
-  void fail(std::exception_ptr error) TDIST_EXCLUDES(launch_mu_, mu_);
+  // The group's first failure: records it, aborts the communicator, wakes the watchdog and,
+  // unless it came from a peer's notice, tells the peers (notice_).
+  void fail(std::exception_ptr error, bool announce = true) TDIST_EXCLUDES(launch_mu_, mu_);
   std::exception_ptr failure() const TDIST_EXCLUDES(mu_);
   std::string where(const std::string& op, std::optional<uint64_t> seq) const;
 
@@ -209,6 +212,8 @@ class NcclProcessGroup : public ProcessGroup {
   std::deque<std::shared_ptr<NcclWork>> pending_ TDIST_GUARDED_BY(mu_);  // launch order
   std::exception_ptr failed_ TDIST_GUARDED_BY(mu_);
   bool stopping_ TDIST_GUARDED_BY(mu_) = false;
+  // Made before the watchdog starts, destroyed after it stopped.
+  std::unique_ptr<FailureNotice> notice_;
   std::thread watchdog_;
 };
 
