@@ -1,10 +1,10 @@
 // The nccl backend on a GPU (CTest label `gpu`, run by scripts/gpu_check.sh only): every
 // collective x dtype (x reduce op, in place and not) on device buffers against a host
-// reference (cudaMemcpy in and out), point-to-point, sub-groups, async Work, abort and a
-// timeout. A world of one runs in this process; when the machine has two GPUs or more,
-// the same checks run on min(devices, 4) ranks as processes (this binary with --worker,
-// one device each through LOCAL_RANK, meeting through a FileStore); with one GPU that
-// case skips, since NCCL refuses two ranks on one device. `--count-devices` prints the
+// reference (cudaMemcpy in and out), point-to-point, sub-groups, async Work, abort (on
+// every rank, through the failure notice) and a timeout. A world of one runs in this process; when
+// the machine has two GPUs or more, the same checks run on min(devices, 4) ranks as processes (this
+// binary with --worker, one device each through LOCAL_RANK, meeting through a FileStore); with one
+// GPU that case skips, since NCCL refuses two ranks on one device. `--count-devices` prints the
 // number of devices the CUDA runtime sees (scripts/gpu_check.sh's probe).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -432,6 +432,25 @@ int worker(int rank, int world, const std::string& store_path) {
       std::this_thread::sleep_for(6s);
     }
     quick.reset();
+    // abort() on rank 0 reaches the others through the group's store: their pending
+    // all_reduce ends with PeerError quoting it, within seconds (60 s timeout).
+    auto abort_store = std::make_shared<PrefixStore>("abort", store);
+    auto doomed = backend_factory("nccl")(abort_store, rank, world, 60s);
+    doomed->barrier()->wait();
+    if (rank == 0) doomed->abort();
+    const auto start = std::chrono::steady_clock::now();
+    std::string text;
+    try {
+      doomed->all_reduce(buf.get(), 1024, DType::kF32, ReduceOpKind::kSum)->wait();
+    } catch (const PeerError& e) {
+      text = e.what();
+    }
+    rep.expect(text.find("aborted by the user") != std::string::npos,
+               "after rank 0's abort: '" + text + "'");
+    rep.expect(rank == 0 || text.find("another rank of the group failed") != std::string::npos,
+               "the abort did not come from rank 0's notice: '" + text + "'");
+    rep.expect(std::chrono::steady_clock::now() - start < 10s, "the abort took too long");
+    doomed.reset();
     pg.reset();
     for (const std::string& f : rep.failures) std::cerr << "rank " << rank << ": " << f << "\n";
     return rep.failures.empty() ? 0 : 1;
