@@ -70,9 +70,14 @@ NcclWork::~NcclWork() {
 
 void NcclWork::poll(Deadline deadline) {
   auto step = std::chrono::microseconds(10);
+  bool on_device = false;
   while (!settled_.load(std::memory_order_acquire)) {
     std::shared_ptr<NcclProcessGroup> group = group_.lock();
     if (!group) return;  // being destroyed: its destructor settles this Work
+    if (!on_device) {
+      use_device_quietly(group->device());  // as for any call of the group
+      on_device = true;
+    }
     if (group->try_settle(*this)) return;
     group.reset();
     if (deadline.expired()) return;
@@ -235,6 +240,7 @@ std::string NcclProcessGroup::where(const std::string& op, std::optional<uint64_
 void NcclProcessGroup::check_buffer(const char* op, const char* name, const void* p,
                                     size_t count) const {
   if (p == nullptr || count == 0) return;
+  use_device(device_);  // a thread new to CUDA would otherwise start on device 0
   cudaPointerAttributes attributes{};
   const cudaError_t rc = cudaPointerGetAttributes(&attributes, p);
   if (rc != cudaSuccess) cudaGetLastError();  // not sticky: clear it for later calls

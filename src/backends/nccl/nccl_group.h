@@ -41,8 +41,9 @@
 //
 // Thread-safety: as ProcessGroup. Destruction waits for the pending operations (each ends
 // by its deadline at the latest), stops the watchdog and frees the communicator (or has
-// aborted it), the stream and the scratch buffer. A call makes the group's device the
-// calling thread's current CUDA device (as torch.cuda.set_device would) and leaves it so.
+// aborted it), the stream and the scratch buffer. A call (or a wait on its Work) makes the group's
+// device the calling thread's current CUDA device (as torch.cuda.set_device would) and leaves it
+// so.
 #pragma once
 
 #include <cuda_runtime_api.h>
