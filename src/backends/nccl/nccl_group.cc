@@ -116,16 +116,15 @@ void Enqueuer::exchange(const std::vector<Transfer>& sends, const std::vector<Tr
   if (sends.empty() && recvs.empty()) return;
   const ncclDataType_t type = nccl_datatype(dtype);
   check_nccl(ncclGroupStart(), "ncclGroupStart");
+  // Inside a group NCCL only records the calls (ncclSuccess, or ncclInProgress in
+  // non-blocking mode); the first failure stops the recording.
   ncclResult_t rc = ncclSuccess;
+  auto fine = [&] { return rc == ncclSuccess || rc == ncclInProgress; };
   for (const Transfer& t : sends) {
-    if (rc == ncclSuccess && t.count != 0) {
-      rc = ncclSend(t.data, t.count, type, t.peer, comm_, stream_);
-    }
+    if (fine() && t.count != 0) rc = ncclSend(t.data, t.count, type, t.peer, comm_, stream_);
   }
   for (const Transfer& t : recvs) {
-    if (rc == ncclSuccess && t.count != 0) {
-      rc = ncclRecv(t.data, t.count, type, t.peer, comm_, stream_);
-    }
+    if (fine() && t.count != 0) rc = ncclRecv(t.data, t.count, type, t.peer, comm_, stream_);
   }
   const ncclResult_t end = ncclGroupEnd();  // always: the group depth is per thread
   check_nccl(rc, "ncclSend/ncclRecv", comm_);
@@ -139,10 +138,6 @@ void* Enqueuer::copy_of(const void* src, size_t bytes) const {
   if (rc != cudaSuccess) cudaFreeAsync(p, stream_);
   check_cuda(rc, "nccl: cudaMemcpyAsync");
   return p;
-}
-
-void Enqueuer::release(void* p) const {
-  check_cuda(cudaFreeAsync(p, stream_), "nccl: cudaFreeAsync");
 }
 
 // ---- NcclProcessGroup ----

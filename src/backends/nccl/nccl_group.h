@@ -116,10 +116,9 @@ class Enqueuer {
                 const void* self_src = nullptr, void* self_dst = nullptr,
                 size_t self_bytes = 0) const;
 
-  // A stream-ordered device copy of `bytes` at `src`, and its release after the stream's
-  // work so far (cudaMallocAsync/cudaFreeAsync).
+  // A stream-ordered device copy of `bytes` at `src` (cudaMallocAsync); the caller frees it
+  // on the stream (cudaFreeAsync) once the operation reading it was enqueued.
   void* copy_of(const void* src, size_t bytes) const;
-  void release(void* p) const;
 
  private:
   ncclComm_t comm_;
