@@ -154,6 +154,8 @@ NcclProcessGroup::NcclProcessGroup(int device, std::shared_ptr<Store> store, int
   try {
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
                what + "cudaStreamCreateWithFlags");
+    check_cuda(cudaEventCreateWithFlags(&legacy_done_, cudaEventDisableTiming),
+               what + "cudaEventCreateWithFlags");
     check_cuda(cudaMalloc(&scratch_, sizeof(float)), what + "cudaMalloc");
     check_cuda(cudaMemset(scratch_, 0, sizeof(float)), what + "cudaMemset");
     const ncclUniqueId id = agree_on_id(*this->store(), rank, deadline);
@@ -173,6 +175,7 @@ NcclProcessGroup::NcclProcessGroup(int device, std::shared_ptr<Store> store, int
   } catch (...) {
     if (comm != nullptr) ncclCommAbort(comm);
     if (scratch_ != nullptr) cudaFree(scratch_);
+    if (legacy_done_ != nullptr) cudaEventDestroy(legacy_done_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
     throw;
   }
@@ -224,6 +227,7 @@ NcclProcessGroup::~NcclProcessGroup() {
     }
   }
   cudaFree(scratch_);
+  cudaEventDestroy(legacy_done_);
   cudaStreamDestroy(stream_);
 }
 
@@ -270,6 +274,10 @@ WorkPtr NcclProcessGroup::launch(const char* op, std::optional<uint64_t> seq,
       use_device(device_);
       check_cuda(cudaEventCreateWithFlags(&work->event_, cudaEventDisableTiming),
                  "nccl: cudaEventCreateWithFlags");
+      // After what the caller queued on the legacy default stream (its inputs).
+      check_cuda(cudaEventRecord(legacy_done_, cudaStreamLegacy),
+                 "nccl: cudaEventRecord on the default stream");
+      check_cuda(cudaStreamWaitEvent(stream_, legacy_done_, 0), "nccl: cudaStreamWaitEvent");
       Enqueuer e(comm_, stream_, rank(), timeout(), abort_requested_);
       enqueue(e);
       check_cuda(cudaEventRecord(work->event_, stream_), "nccl: cudaEventRecord");

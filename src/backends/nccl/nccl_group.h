@@ -22,6 +22,10 @@
 // start is the enqueue, its finish the event. gather, scatter, all_gatherv, all_to_all,
 // all_to_allv and point-to-point calls are ncclSend/ncclRecv pairs inside one
 // ncclGroupStart/ncclGroupEnd; a rank's own block is a device-to-device copy on the stream.
+// Ordering with the caller's work: each operation starts after the work queued on the
+// legacy default stream before the call (cudaMemcpy, cudaMemset, kernels on stream 0: an
+// event recorded there, which the group's stream waits for); work on other streams, or on
+// a per-thread default stream, needs the caller's own synchronization before the call.
 // barrier is an all_reduce of one f32 in a scratch buffer of the device. Point-to-point
 // messages of a pair are matched in issue order (NCCL has no tags: a tag is accepted but
 // not matched, as in PyTorch's NCCL backend), and are ordered with the collectives on the
@@ -201,7 +205,8 @@ class NcclProcessGroup : public ProcessGroup {
 
   const int device_;
   cudaStream_t stream_ = nullptr;
-  void* scratch_ = nullptr;  // barrier's one f32 on the device
+  cudaEvent_t legacy_done_ = nullptr;  // recorded on the legacy default stream at each launch
+  void* scratch_ = nullptr;            // barrier's one f32 on the device
 
   mutable Mutex launch_mu_;  // every NCCL call on comm_, enqueues on stream_
   ncclComm_t comm_ TDIST_GUARDED_BY(launch_mu_) = nullptr;  // null once aborted
