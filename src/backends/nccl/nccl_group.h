@@ -22,14 +22,15 @@
 // start is the enqueue, its finish the event. gather, scatter, all_gatherv, all_to_all,
 // all_to_allv and point-to-point calls are ncclSend/ncclRecv pairs inside one
 // ncclGroupStart/ncclGroupEnd; a rank's own block is a device-to-device copy on the stream.
-// Ordering with the caller's work: each operation starts after the work queued on the
-// legacy default stream before the call (cudaMemcpy, cudaMemset, kernels on stream 0: an
-// event recorded there, which the group's stream waits for); work on other streams, or on
-// a per-thread default stream, needs the caller's own synchronization before the call.
 // barrier is an all_reduce of one f32 in a scratch buffer of the device. Point-to-point
 // messages of a pair are matched in issue order (NCCL has no tags: a tag is accepted but
 // not matched, as in PyTorch's NCCL backend), and are ordered with the collectives on the
 // stream.
+//
+// Ordering with the caller's work: each operation starts after the work queued on the
+// legacy default stream before the call (cudaMemcpy, cudaMemset, kernels on stream 0: an
+// event recorded there, which the group's stream waits for); work on other streams, or on
+// a per-thread default stream, needs the caller's own synchronization before the call.
 //
 // Failure: one watchdog thread per group polls the pending events, ncclCommGetAsyncError
 // and the oldest pending operation's deadline (issue time + timeout()). On an NCCL error
@@ -45,9 +46,9 @@
 //
 // Thread-safety: as ProcessGroup. Destruction waits for the pending operations (each ends
 // by its deadline at the latest), stops the watchdog and frees the communicator (or has
-// aborted it), the stream and the scratch buffer. A call (or a wait on its Work) makes the group's
-// device the calling thread's current CUDA device (as torch.cuda.set_device would) and leaves it
-// so.
+// aborted it), the stream and the scratch buffer. A call (or a wait on its Work) makes
+// the group's device the calling thread's current CUDA device (as torch.cuda.set_device
+// would) and leaves it so.
 #pragma once
 
 #include <cuda_runtime_api.h>
