@@ -88,8 +88,9 @@ class CMakeBuild(build_ext):
             "-DCMAKE_BUILD_TYPE=Release",
             "-DTDIST_BUILD_TESTS=OFF",
             "-DTDIST_BUILD_EXAMPLES=OFF", "-DTDIST_BUILD_BENCHMARKS=OFF",
-            # The backend serves auto/tcp/shm: no MPI in the extension.
-            "-DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON",
+            # The backend serves auto/tcp/shm: no MPI in the extension, and no nccl backend
+            # (torch brings its own NCCL, whose libnccl.so.2 the loader would share with it).
+            "-DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON", "-DTDIST_CUDA=OFF",
             # No CUDA code is compiled here: fixing the list skips torch's GPU probe.
             "-DTORCH_CUDA_ARCH_LIST=" + os.environ.get("TORCH_CUDA_ARCH_LIST", "9.0"),
             # torch's own lib/ first, so that no other LibTorch on the system is taken.

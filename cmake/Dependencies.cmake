@@ -33,6 +33,50 @@ if(Torch_FOUND)
   endforeach()
 endif()
 
+# CUDA and NCCL: the `nccl` backend (src/backends/nccl). TDIST_CUDA: AUTO builds it when
+# the CUDA toolkit and NCCL are found, ON requires them, OFF leaves them out. NCCL is looked
+# for in NCCL_ROOT (CMake variable or environment) and then in the toolkit's own folders
+# (CUDA 13 ships it in /usr/local/cuda).
+set(TDIST_CUDA AUTO CACHE STRING "Build the nccl backend: AUTO (when CUDA and NCCL are found), ON, OFF")
+set_property(CACHE TDIST_CUDA PROPERTY STRINGS AUTO ON OFF)
+set(TDIST_HAVE_NCCL FALSE)
+set(TDIST_CUDA_HINT "-DTDIST_CUDA=OFF")
+if(NOT TDIST_CUDA STREQUAL "OFF")
+  find_package(CUDAToolkit QUIET)
+  if(CUDAToolkit_FOUND)
+    find_path(NCCL_INCLUDE_DIR nccl.h
+              HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_INCLUDE_DIRS}
+              PATH_SUFFIXES include)
+    find_library(NCCL_LIBRARY nccl
+                 HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_LIBRARY_DIR}
+                 PATH_SUFFIXES lib lib64)
+    if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+      file(STRINGS ${NCCL_INCLUDE_DIR}/nccl.h nccl_version_lines
+           REGEX "^#define NCCL_(MAJOR|MINOR|PATCH) +[0-9]+")
+      set(NCCL_VERSION "")
+      foreach(part MAJOR MINOR PATCH)
+        string(REGEX REPLACE ".*#define NCCL_${part} +([0-9]+).*" "\\1" v "${nccl_version_lines}")
+        list(APPEND NCCL_VERSION ${v})
+      endforeach()
+      list(JOIN NCCL_VERSION "." NCCL_VERSION)
+      set(TDIST_HAVE_NCCL TRUE)
+      add_library(tdist_nccl UNKNOWN IMPORTED)
+      set_target_properties(tdist_nccl PROPERTIES IMPORTED_LOCATION ${NCCL_LIBRARY}
+                            INTERFACE_INCLUDE_DIRECTORIES ${NCCL_INCLUDE_DIR})
+    else()
+      set(TDIST_CUDA_HINT "NCCL not found: set NCCL_ROOT to the folder holding include/nccl.h "
+                          "and lib/libnccl.so, or -DTDIST_CUDA=OFF")
+    endif()
+  else()
+    set(TDIST_CUDA_HINT "no CUDA toolkit: put nvcc on PATH or set CUDAToolkit_ROOT, or -DTDIST_CUDA=OFF")
+  endif()
+  if(TDIST_CUDA STREQUAL "ON" AND NOT TDIST_HAVE_NCCL)
+    message(FATAL_ERROR "tdist: TDIST_CUDA=ON but CUDA/NCCL are missing: ${TDIST_CUDA_HINT}")
+  endif()
+else()
+  set(TDIST_CUDA_HINT "TDIST_CUDA=OFF")
+endif()
+
 set(TDIST_HAVE_MPI ${MPI_C_FOUND})
 set(TDIST_HAVE_TORCH ${Torch_FOUND})
 # LibTorch 1.13's headers do not compile as C++20 with clang < 15 (incomplete c10::IValue
@@ -54,6 +98,11 @@ endfunction()
 tdist_report("tests (GoogleTest)" "${GTest_FOUND}" "apt-get install libgtest-dev libgmock-dev")
 tdist_report("micro-benchmarks (Google Benchmark)" "${benchmark_FOUND}" "apt-get install libbenchmark-dev")
 tdist_report("OpenMPI (mpi backend, MPI-agreed store under mpirun)" "${TDIST_HAVE_MPI}" "apt-get install libopenmpi-dev openmpi-bin")
+if(TDIST_HAVE_NCCL)
+  message(STATUS "tdist: CUDA ${CUDAToolkit_VERSION}, NCCL ${NCCL_VERSION} (nccl backend): found")
+else()
+  tdist_report("CUDA and NCCL (nccl backend)" FALSE "${TDIST_CUDA_HINT}")
+endif()
 if(TDIST_HAVE_TORCH)
   message(STATUS "tdist: LibTorch ${Torch_VERSION} (tdist_torch: tensor collectives, DDP, sampler): "
                  "found at ${TDIST_TORCH_PREFIX}")

@@ -24,14 +24,21 @@ if(TARGET tdist_torch)
 endif()
 
 # A static libtdist carries its private dependencies to the consumer's link: pkg-config
-# lists libssl, libcrypto and MPI's libraries (the CMake package names them in src/net and
-# src/backends/CMakeLists.txt).
+# lists libssl, libcrypto, MPI's, and the CUDA runtime and NCCL (the CMake package names
+# them in src/net and src/backends/CMakeLists.txt).
 get_target_property(TDIST_LIBRARY_TYPE tdist TYPE)
 set(TDIST_PC_EXTRA_LIBS "")
 if(TDIST_LIBRARY_TYPE STREQUAL "STATIC_LIBRARY")
   set(TDIST_PC_EXTRA_LIBS "${OPENSSL_SSL_LIBRARY} ${OPENSSL_CRYPTO_LIBRARY}")
   if(TDIST_HAVE_MPI)
     list(APPEND TDIST_PC_EXTRA_LIBS ${MPI_C_LIBRARIES})
+  endif()
+  if(TDIST_HAVE_NCCL)
+    # With an rpath: the toolkit's folders are often outside the loader's search path.
+    foreach(lib ${CUDA_cudart_LIBRARY} ${NCCL_LIBRARY})
+      get_filename_component(dir ${lib} DIRECTORY)
+      list(APPEND TDIST_PC_EXTRA_LIBS ${lib} -Wl,-rpath,${dir})
+    endforeach()
   endif()
   list(JOIN TDIST_PC_EXTRA_LIBS " " TDIST_PC_EXTRA_LIBS)
 endif()

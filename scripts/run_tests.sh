@@ -8,7 +8,8 @@
 # runs the LibTorch tests there (ctest label `torch`: tests/torch, the main job on a subset,
 # the install test); the Python package (tdist as a torch.distributed backend) is installed
 # and its pytest suite runs on both PyTorches (scripts/test_python.sh); last, a TSan build
-# (build-tsan/, only those suites) runs the store, transport and pg suites. Each stage
+# (build-tsan/, only those suites) runs the store, transport and pg suites; where a GPU is
+# visible, scripts/gpu_check.sh runs the nccl backend's GPU tests (build-gpu/). Each stage
 # prints how long the run has taken so far.
 # Usage: bash scripts/run_tests.sh   (TDIST_SKIP_CLANG=1, TDIST_SKIP_TORCH2=1,
 #        TDIST_SKIP_TSAN=1 leave those out)
@@ -83,6 +84,9 @@ if [ "${TDIST_SKIP_TSAN:-0}" != 1 ]; then
   env "${tsan_env[@]}" ctest --test-dir build-tsan -L '^(store|transport|pg)$' \
     --output-on-failure -j"$(nproc)" || failed $? "TSan tests" build-tsan
 fi
+stage "GPU checks (scripts/gpu_check.sh: build-gpu/; skipped where no GPU is visible)"
+bash scripts/gpu_check.sh || failed $? "GPU checks" build-gpu
+
 stage "done (status $status)"
 for f in "${failures[@]}"; do echo "failed: $f"; done
 exit "$status"

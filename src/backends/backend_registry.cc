@@ -79,11 +79,18 @@ BackendFactory backend_factory(const std::string& name) {
   MutexLock lock(r.mu);
   auto it = r.factories.find(normalize(name));
   if (it == r.factories.end()) {
-    // The one built-in backend a build can lack says how to get it.
-    const char* hint = normalize(name) == "mpi" && !TDIST_HAVE_MPI
-                           ? "; this tdist was built without MPI: rebuild with libopenmpi-dev "
-                             "installed (apt-get install libopenmpi-dev openmpi-bin)"
-                           : "";
+    // The built-in backends a build can lack say how to get them.
+    const char* hint = "";
+    if (normalize(name) == "mpi" && !TDIST_HAVE_MPI) {
+      hint =
+          "; this tdist was built without MPI: rebuild with libopenmpi-dev installed "
+          "(apt-get install libopenmpi-dev openmpi-bin)";
+    } else if (normalize(name) == "nccl" && !TDIST_HAVE_NCCL) {
+      hint =
+          "; this tdist was built without CUDA and NCCL: rebuild with the CUDA toolkit and NCCL "
+          "installed (nvcc on PATH or CUDAToolkit_ROOT; NCCL in the toolkit or NCCL_ROOT) and "
+          "-DTDIST_CUDA=AUTO or ON";
+    }
     TDIST_THROW(InvalidArgument, "backend '", name,
                 "' is not available; registered backends: ", list(r.factories), hint);
   }

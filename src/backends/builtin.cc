@@ -6,6 +6,9 @@
 #if TDIST_HAVE_MPI
 #include "backends/mpi/mpi_backend.h"
 #endif
+#if TDIST_HAVE_NCCL
+#include "backends/nccl/nccl_backend.h"
+#endif
 
 namespace tdist::backends {
 namespace {
@@ -28,6 +31,9 @@ std::vector<std::pair<std::string, BackendFactory>> builtin_backends() {
   };
 #if TDIST_HAVE_MPI
   backends.emplace_back("mpi", mpi::mpi_backend());
+#endif
+#if TDIST_HAVE_NCCL
+  backends.emplace_back("nccl", nccl::nccl_backend());
 #endif
   return backends;
 }

@@ -65,6 +65,10 @@ constexpr auto kSettings = std::to_array<Setting>({
      0, 1 << 24},
     {"TDIST_LOG_LEVEL", "warn", "log level: trace, debug, info, warn, error or off",
      SettingType::kText, 0, -1, "trace|debug|info|warn|warning|error|off|none"},
+    {"TDIST_NCCL_DEVICE", "-1",
+     "CUDA device of the nccl backend's groups in this process; -1 = LOCAL_RANK (torchrun's) "
+     "modulo the number of visible devices, or device 0 without LOCAL_RANK",
+     SettingType::kInt, -1, 4095},
     {"TDIST_POLL_US", "1000",
      "longest a thread waiting on a transport polls before it sleeps, in microseconds (adaptive "
      "below it); polling happens only with a core per local rank; 0 = always sleep at once",

@@ -48,9 +48,9 @@ TEST_F(RendezvousInitProcessGroup, UnknownBackendIsRejectedBeforeTheRendezvous) 
   const std::string url = "tcp://127.0.0.1:" + std::to_string(free_port()) + "?rank=1&world_size=2";
   auto start = Clock::now();
   std::string msg = message_of<InvalidArgument>(
-      [&] { init_process_group("nccl", url, -1, -1, milliseconds(20'000)); });
+      [&] { init_process_group("ucc", url, -1, -1, milliseconds(20'000)); });
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
-  EXPECT_NE(msg.find("backend 'nccl' is not available; registered backends: "), std::string::npos)
+  EXPECT_NE(msg.find("backend 'ucc' is not available; registered backends: "), std::string::npos)
       << msg;
   EXPECT_NE(msg.find("fake"), std::string::npos) << msg;
   EXPECT_FALSE(is_initialized());
