@@ -42,6 +42,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tdist/device.h"
 #include "tdist/dtype.h"
 #include "tdist/reduce_op.h"
 #include "tdist/store.h"
@@ -77,6 +78,9 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   int size() const { return size_; }
   // The backend's registered name, e.g. "tcp".
   virtual std::string backend_name() const = 0;
+  // The kinds of memory its calls take, as memory_bit()s (tdist/device.h): host memory
+  // unless the backend says otherwise (`nccl`: CUDA device memory only).
+  virtual unsigned memory_kinds() const { return memory_bit(MemoryKind::kHost); }
   const std::shared_ptr<Store>& store() const { return store_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
 

@@ -143,6 +143,7 @@ class NcclProcessGroup : public ProcessGroup {
   ~NcclProcessGroup() override;
 
   std::string backend_name() const override { return "nccl"; }
+  unsigned memory_kinds() const override { return memory_bit(MemoryKind::kCuda); }
   void abort() override;
 
   int device() const { return device_; }
