@@ -6,8 +6,9 @@
 # RATE (e.g. 2gbit) shapes each host's link with tc's token bucket, as a real network between
 # hosts is slower than memory inside one; without it the hosts' veth link copies as fast as
 # shared memory, and only TCP's own overhead separates the two.
+# BACKENDS (default "auto tcp") picks the backends to run, in that order.
 # Needs root and a build (scripts/build.sh). Usage:
-#   [RATE=2gbit] bash scripts/bench_multihost.sh [HOSTS] [RANKS] [MIN_BYTES] [MAX_BYTES] [ITERS]
+#   [RATE=2gbit] [BACKENDS="auto tcp"] bash scripts/bench_multihost.sh [HOSTS] [RANKS] [MIN_BYTES] [MAX_BYTES] [ITERS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 hosts=${1:-2}
@@ -30,7 +31,7 @@ if [[ -n ${RATE:-} ]]; then
   done
 fi
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-for backend in auto tcp; do
+for backend in ${BACKENDS:-auto tcp}; do
   echo "## $backend, $hosts hosts x $ranks ranks${RATE:+, links shaped to $RATE}"
   pids=()
   for ((i = 0; i < hosts; i++)); do

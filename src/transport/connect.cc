@@ -149,11 +149,11 @@ std::unique_ptr<Comm> connect_comm(std::shared_ptr<Store> store, int rank, int s
     for (int r : peer_list) channels[r] = std::move(table[r]);
   }
   Topology topology = Topology::from_host_keys(hosts);
-  topology.host_cpus.resize(static_cast<size_t>(topology.num_hosts()));
-  for (int h = 0; h < topology.num_hosts(); ++h) {
+  topology.machine_cpus.resize(static_cast<size_t>(topology.num_machines()));
+  for (int m = 0; m < topology.num_machines(); ++m) {
     std::vector<std::string> lists;
-    for (int r : topology.ranks_on(h)) lists.push_back(cpus[static_cast<size_t>(r)]);
-    topology.host_cpus[static_cast<size_t>(h)] = union_cpu_count(lists);
+    for (int r : topology.ranks_on_machine(m)) lists.push_back(cpus[static_cast<size_t>(r)]);
+    topology.machine_cpus[static_cast<size_t>(m)] = union_cpu_count(lists);
   }
   // The group's link class, from every pair (so every rank computes the same): shm when
   // shared memory joins every pair, tcp (the slower class) when any other kind joins one.

@@ -6,12 +6,14 @@
 //  - Only a thread that waits for its own result polls. Background threads (a process
 //    group's worker, which serves work nobody waits on) mark themselves with
 //    BackgroundThread and always sleep at once: a job waiting on nothing uses no CPU.
-//  - Only when the host has a core for each local rank: the CPUs that the Comm's ranks on
-//    this host may run on together (the union of their affinity masks, exchanged when the
-//    Comm is built; ranks pinned one to a core, as mpirun binds them, have one each) >=
-//    local ranks (the largest of the launcher's LOCAL_WORLD_SIZE, OpenMPI's and Slurm's
-//    equivalents, and the Comm's ranks on this host). Otherwise waiters sleep at once and
-//    leave the cores to the ranks that compute.
+//  - Only when the machine has a core for each local rank: the CPUs that the Comm's ranks
+//    on this machine may run on together (the union of their affinity masks, exchanged
+//    when the Comm is built; ranks pinned one to a core, as mpirun binds them, have one
+//    each) >= local ranks (the largest of the launcher's LOCAL_WORLD_SIZE, OpenMPI's and
+//    Slurm's equivalents, and the Comm's ranks on this machine). A machine is one kernel
+//    (topology.h: one boot id), so ranks in several network namespaces or containers of
+//    one machine count together. Otherwise waiters sleep at once and leave the cores to
+//    the ranks that compute.
 //  - For a bounded, adaptive time (PollBudget): at most TDIST_POLL_US; doubled each time
 //    work came within that limit (even after the driver gave up polling and slept: a
 //    longer poll would have caught it without a wake-up), halved each time it came later.
@@ -50,9 +52,9 @@ int union_cpu_count(const std::vector<std::string>& lists);
 // SLURM_NTASKS_PER_NODE's first figure); 0 when none says.
 int launcher_local_ranks();
 
-// The longest a waiter of a Comm with `comm_local_ranks` ranks on this host, which may
+// The longest a waiter of a Comm with `comm_local_ranks` ranks on this machine, which may
 // run on `comm_local_cpus` CPUs together (0: unknown, this process's usable_cores()), may
-// poll: TDIST_POLL_US, or zero when the host lacks a core per local rank.
+// poll: TDIST_POLL_US, or zero when the machine lacks a core per local rank.
 std::chrono::nanoseconds poll_limit(int comm_local_ranks, int comm_local_cpus = 0);
 
 class PollBudget {

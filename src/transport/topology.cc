@@ -20,13 +20,30 @@ const char* link_class_name(LinkClass link) {
 
 Topology Topology::from_host_keys(const std::vector<std::string>& keys) {
   Topology t;
-  std::map<std::string, int> index;
+  std::map<std::string, int> hosts;
+  std::map<std::string, int> machines;
   t.host_of.reserve(keys.size());
+  t.machine_of.reserve(keys.size());
   for (const std::string& key : keys) {
-    auto [it, inserted] = index.emplace(key, static_cast<int>(index.size()));
-    t.host_of.push_back(it->second);
+    t.host_of.push_back(hosts.emplace(key, static_cast<int>(hosts.size())).first->second);
+    const std::string boot_id = key.substr(0, key.find(':'));
+    t.machine_of.push_back(
+        machines.emplace(boot_id, static_cast<int>(machines.size())).first->second);
   }
   return t;
+}
+
+int Topology::num_machines() const {
+  if (machine_of.empty()) return 1;
+  return *std::max_element(machine_of.begin(), machine_of.end()) + 1;
+}
+
+std::vector<int> Topology::ranks_on_machine(int machine) const {
+  std::vector<int> ranks;
+  for (size_t r = 0; r < machine_of.size(); ++r) {
+    if (machine_of[r] == machine) ranks.push_back(static_cast<int>(r));
+  }
+  return ranks;
 }
 
 int Topology::num_hosts() const {

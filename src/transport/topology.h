@@ -28,11 +28,16 @@ const char* link_class_name(LinkClass link);
 struct Topology {
   std::vector<int> host_of;  // by rank; empty = unknown (one host)
   LinkClass link = LinkClass::kUnknown;
-  // By host: how many CPUs its ranks may run on together (the union of their affinity
-  // masks; connect_comm fills it in); empty or 0 = unknown.
-  std::vector<int> host_cpus;
+  // The machines the ranks run on: ranks whose host keys name one boot id (the key's text
+  // before its first ':') share one kernel and its CPUs, even from different network
+  // namespaces (hosts above). By rank, numbered like host_of; empty = unknown.
+  std::vector<int> machine_of;
+  // By machine: how many CPUs its ranks may run on together (the union of their affinity
+  // masks; connect_comm fills it in); empty or 0 = unknown. Polling (polling.h) counts the
+  // ranks and CPUs of a machine, not of a host.
+  std::vector<int> machine_cpus;
 
-  // From every rank's host key, by rank.
+  // From every rank's host key, by rank: host_of and machine_of.
   static Topology from_host_keys(const std::vector<std::string>& keys);
 
   bool known() const { return !host_of.empty(); }
@@ -45,6 +50,9 @@ struct Topology {
   std::vector<int> leaders() const;
   // True when every host has the same number of ranks.
   bool uniform() const;
+  int num_machines() const;
+  // The ranks on `machine`, ascending.
+  std::vector<int> ranks_on_machine(int machine) const;
 };
 
 }  // namespace tdist::transport

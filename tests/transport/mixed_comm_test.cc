@@ -22,14 +22,17 @@ namespace {
 using namespace std::chrono_literals;
 
 // Ranks with the same letter in `hosts` share a fake host ("AAB": ranks 0, 1 on A, 2 on B).
-ConnectFn mixed(const std::string& hosts, size_t ring_bytes = kSmallRing) {
-  return [hosts, ring_bytes](std::shared_ptr<Store> store, int rank, int world) {
+// `key_prefix` goes before each host key: "boot-1:" makes every host a network namespace of
+// one machine (topology.h: a machine is the key's text before its first ':').
+ConnectFn mixed(const std::string& hosts, size_t ring_bytes = kSmallRing,
+                std::string key_prefix = "") {
+  return [hosts, ring_bytes, key_prefix](std::shared_ptr<Store> store, int rank, int world) {
     ChannelKinds kinds;
     kinds.push_back(make_shm_kind(shm_options(ring_bytes)));
     kinds.push_back(make_tcp_kind(test_options()));
     ConnectOptions options;
     options.timeout = kSetupTimeout;
-    options.host_key = std::string("fake-host-") + hosts.at(static_cast<size_t>(rank));
+    options.host_key = key_prefix + "fake-host-" + hosts.at(static_cast<size_t>(rank));
     return connect_comm(std::move(store), rank, world, std::move(kinds), options);
   };
 }
@@ -49,31 +52,60 @@ TEST(MixedCommTest, EachPeerGetsTheBestChannelAndTheTopology) {
   });
 }
 
-// Each rank pinned to its own CPU (as mpirun binds them) before it connects: its host's
-// ranks together may run on as many CPUs as they are (polling.h counts that, not the one
-// CPU of each rank's own mask).
-TEST(MixedCommTest, TheTopologyCountsTheCpusOfEachHostsRanksTogether) {
+// Each rank pinned to its own CPU (as mpirun binds them) before it connects.
+ConnectFn pinned(ConnectFn connect, const std::vector<int>& cpus) {
+  return [connect, cpus](std::shared_ptr<Store> store, int rank, int world) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpus[static_cast<size_t>(rank) % cpus.size()], &one);
+    EXPECT_EQ(::sched_setaffinity(0, sizeof(one), &one), 0);  // this thread only
+    return connect(std::move(store), rank, world);
+  };
+}
+
+std::vector<int> usable_cpus() {
   cpu_set_t mask;
-  ASSERT_EQ(::sched_getaffinity(0, sizeof(mask), &mask), 0);
+  EXPECT_EQ(::sched_getaffinity(0, sizeof(mask), &mask), 0);
   std::vector<int> cpus;
   for (int c = 0; c < CPU_SETSIZE; ++c) {
     if (CPU_ISSET(c, &mask)) cpus.push_back(c);
   }
+  return cpus;
+}
+
+// A machine's ranks together may run on as many CPUs as they are pinned to (polling.h
+// counts that, not the one CPU of each rank's own mask).
+TEST(MixedCommTest, TheTopologyCountsTheCpusOfEachMachinesRanksTogether) {
+  const std::vector<int> cpus = usable_cpus();
   const int n = static_cast<int>(cpus.size());
-  const ConnectFn connect = mixed("AAB");
-  run_comm_ranks(
-      3,
-      [&](std::shared_ptr<Store> store, int rank, int world) {
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(cpus[static_cast<size_t>(rank % n)], &one);
-        EXPECT_EQ(::sched_setaffinity(0, sizeof(one), &one), 0);  // this thread only
-        return connect(std::move(store), rank, world);
-      },
-      [&](Comm& comm) {
-        EXPECT_EQ(comm.topology().host_cpus, (std::vector<int>{std::min(n, 2), 1})) << comm.rank();
-      });
+  run_comm_ranks(3, pinned(mixed("AAB"), cpus), [&](Comm& comm) {
+    EXPECT_EQ(comm.topology().machine_of, (std::vector<int>{0, 0, 1})) << comm.rank();
+    EXPECT_EQ(comm.topology().machine_cpus, (std::vector<int>{std::min(n, 2), 1})) << comm.rank();
+  });
   EXPECT_EQ(union_cpu_count({affinity_list()}), n);
+}
+
+// Hosts that are network namespaces of one machine (one boot id) are two hosts for the
+// channels and the algorithms, but one machine for the CPUs: its ranks compete for them.
+TEST(MixedCommTest, NamespacesOfOneMachineShareItsCpus) {
+  const std::vector<int> cpus = usable_cpus();
+  const int n = static_cast<int>(cpus.size());
+  run_comm_ranks(3, pinned(mixed("AAB", kSmallRing, "boot-1:"), cpus), [&](Comm& comm) {
+    const int r = comm.rank();
+    EXPECT_STREQ(kind_to(comm, r == 2 ? 0 : 2), "tcp") << r;
+    EXPECT_EQ(comm.topology().host_of, (std::vector<int>{0, 0, 1})) << r;
+    EXPECT_EQ(comm.topology().machine_of, (std::vector<int>{0, 0, 0})) << r;
+    EXPECT_EQ(comm.topology().machine_cpus, (std::vector<int>{std::min(n, 3)})) << r;
+  });
+}
+
+TEST(Topology, AMachineIsTheBootIdBeforeTheFirstColon) {
+  const Topology t = Topology::from_host_keys(
+      {"b1:4026531840:h", "b1:4026532001:h", "b2:4026531840:g", "b1:4026531840:h", "plain"});
+  EXPECT_EQ(t.host_of, (std::vector<int>{0, 1, 2, 0, 3}));
+  EXPECT_EQ(t.machine_of, (std::vector<int>{0, 0, 1, 0, 2}));
+  EXPECT_EQ(t.num_machines(), 3);
+  EXPECT_EQ(t.ranks_on_machine(0), (std::vector<int>{0, 1, 3}));
 }
 
 TEST(MixedCommTest, TheLinkClassIsTheSlowestPairsOnEveryRank) {

@@ -219,15 +219,16 @@ bool Engine::drive(Done done, Deadline deadline) {
 
 int Engine::local_ranks() const {
   const Topology& topo = topology();
-  if (!topo.known()) return size_;
-  return static_cast<int>(topo.ranks_on(topo.host_of[static_cast<size_t>(rank_)]).size());
+  if (topo.machine_of.empty()) return size_;
+  return static_cast<int>(
+      topo.ranks_on_machine(topo.machine_of[static_cast<size_t>(rank_)]).size());
 }
 
 int Engine::local_cpus() const {
   const Topology& topo = topology();
-  if (!topo.known()) return 0;
-  const auto host = static_cast<size_t>(topo.host_of[static_cast<size_t>(rank_)]);
-  return host < topo.host_cpus.size() ? topo.host_cpus[host] : 0;
+  if (topo.machine_of.empty()) return 0;
+  const auto machine = static_cast<size_t>(topo.machine_of[static_cast<size_t>(rank_)]);
+  return machine < topo.machine_cpus.size() ? topo.machine_cpus[machine] : 0;
 }
 
 template <typename Done>

@@ -82,8 +82,8 @@ class Engine final : public Comm {
   // Polls while the budget lasts; true when something moved or the wait is over.
   template <typename Done>
   bool poll_channels(Done done, Deadline deadline);
-  int local_ranks() const;
-  int local_cpus() const;         // the CPUs of this host's ranks together (topology.h); 0 unknown
+  int local_ranks() const;        // this rank's machine's ranks (topology.h)
+  int local_cpus() const;         // the CPUs of those ranks together; 0 unknown
   bool sleep(Deadline deadline);  // false when the deadline passed with nothing to do
   void notify_waiters();
   void wake_driver();
