@@ -71,6 +71,12 @@ class HostDeviceChannel final : public core::Channel {
   void release_device(const core::DeviceDescriptor& /*d*/) override {
     counters_->released.fetch_add(1);
   }
+  void* allocate_device(size_t bytes) override { return new uint8_t[bytes]; }
+  void free_device(void* data, size_t /*bytes*/) override { delete[] static_cast<uint8_t*>(data); }
+  std::string copy_device(void* dest, const void* src, size_t bytes) override {
+    std::memcpy(dest, src, bytes);
+    return {};
+  }
   void arm(bool want_write) override { host_->arm(want_write); }
   void disarm() override { host_->disarm(); }
   pollfd poll_for(bool r, bool w) override { return host_->poll_for(r, w); }
@@ -121,13 +127,13 @@ class HostDeviceOps final : public coll::DeviceOps {
   void reduce(void* dst, const void* a, const void* b, size_t count, DType dtype,
               ReduceOp op) override {
     ++reductions;
-    core::reduce(dst, a, b, count, dtype, op);
+    tdist::core::reduce(dst, a, b, count, dtype, op);
   }
   void premultiply(void* data, size_t count, DType dtype, ReduceOp op) override {
-    core::premultiply(data, count, dtype, op);
+    tdist::core::premultiply(data, count, dtype, op);
   }
   void finish(void* data, size_t count, DType dtype, ReduceOp op, int world_size) override {
-    core::finish(data, count, dtype, op, world_size);
+    tdist::core::finish(data, count, dtype, op, world_size);
   }
   int reductions = 0;
 };

@@ -94,6 +94,15 @@ class Channel {
     return "this channel carries no device memory";
   }
   virtual void release_device(const DeviceDescriptor& /*descriptor*/) {}
+  // Device memory of the channel's own for a device payload that arrives before its
+  // receive (wire.h: collective messages are taken at once, as eager ones): the core
+  // imports it there, later copies it to the receive (copy_device: "" or why not) and
+  // frees it. allocate_device returns null when it cannot (the Comm aborts).
+  virtual void* allocate_device(size_t /*bytes*/) { return nullptr; }
+  virtual void free_device(void* /*data*/, size_t /*bytes*/) {}
+  virtual std::string copy_device(void* /*dest*/, const void* /*src*/, size_t /*bytes*/) {
+    return "this channel carries no device memory";
+  }
 
   // Sleeping (see above). want_write: this rank waits for room to write.
   virtual void arm(bool want_write) = 0;

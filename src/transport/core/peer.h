@@ -163,6 +163,8 @@ class Peer {
     bool asked = false;   // kRvReadyTag went for it: its payload is on the way
     bool device = false;  // a device rendezvous (wire.h); its descriptor once complete:
     std::unique_ptr<DeviceDescriptor> device_descriptor;
+    // A device payload imported before its receive, in the channel's memory (freed with it).
+    std::shared_ptr<void> device_data;
   };
   // A rendezvous frame to send (replies_: kRvReadyTag/kRvDoneTag on `lane`) or received
   // (rv_events_).
@@ -234,6 +236,8 @@ class Peer {
   // A single-copy message with no receive yet: copies it into a buffer of its own (then
   // it is an ordinary unexpected message), or asks for the payload.
   std::string pull_unexpected_locked(size_t lane, Unexpected& u) TDIST_REQUIRES(recv_mu_);
+  // The same for a device message: imported into device memory of the channel's own.
+  std::string pull_unexpected_device_locked(size_t lane, Unexpected& u) TDIST_REQUIRES(recv_mu_);
   // Moves replies_ and rv_events_ to the send side (takes recv_mu_, then send_mu_).
   Progress exchange_rendezvous(std::string* lost) TDIST_EXCLUDES(send_mu_, recv_mu_);
   std::exception_ptr desync(uint64_t tag, size_t expected, size_t actual) const;

@@ -75,6 +75,14 @@ void Peer::match_posted_locked(const std::shared_ptr<Op>& op, std::string* lost_
       incoming->op = op;
       incoming->unexpected = nullptr;
     }
+  } else if (it->device_data) {  // a device payload imported before its receive
+    const std::string why =
+        lanes_[it->lane].channel->copy_device(op->data, it->device_data.get(), bytes);
+    if (why.empty()) {
+      op->complete(nullptr);
+    } else {
+      *lost_message = lost(why);
+    }
   } else if (incoming == nullptr) {
     if (bytes > 0) std::memcpy(op->data, it->data.get(), bytes);
     op->complete(nullptr);
@@ -501,6 +509,9 @@ std::string Peer::finish_rendezvous_locked(size_t lane_index, Incoming& done, Pr
         done.unexpected->complete = true;
         if (device != nullptr) {
           done.unexpected->device_descriptor = std::make_unique<DeviceDescriptor>(*device);
+          if ((rv.flags & kRvPull) != 0) {
+            return pull_unexpected_device_locked(lane_index, *done.unexpected);
+          }
         } else if ((rv.flags & kRvPull) != 0) {
           return pull_unexpected_locked(lane_index, *done.unexpected);
         }
@@ -560,6 +571,24 @@ std::string Peer::pull_unexpected_locked(size_t lane_index, Unexpected& u) {
   } else {
     u.asked = true;
   }
+  return {};
+}
+
+std::string Peer::pull_unexpected_device_locked(size_t lane_index, Unexpected& u) {
+  Channel& channel = *lanes_[lane_index].channel;
+  void* data = channel.allocate_device(u.bytes);
+  if (data == nullptr) {
+    return lost(detail::str_cat("out of device memory buffering a ", u.bytes,
+                                "-byte device message that arrived before its receive"));
+  }
+  const size_t bytes = u.bytes;
+  u.device_data =
+      std::shared_ptr<void>(data, [&channel, bytes](void* p) { channel.free_device(p, bytes); });
+  const std::string why = channel.import_device(data, bytes, *u.device_descriptor);
+  if (!why.empty()) return lost(why);
+  replies_.push_back({kRvDoneTag, u.rv.id, lane_index});
+  rv_exchange_.store(true, std::memory_order_release);
+  u.rendezvous = false;  // now an unexpected message whose payload is here
   return {};
 }
 

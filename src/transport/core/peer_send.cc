@@ -90,7 +90,9 @@ std::shared_ptr<Op> Peer::post_send(uint64_t tag, const void* data, size_t bytes
     ++send_seq_;
     op->lane = lane;
     op->device = true;
-    make_rendezvous_locked(*op, kRvDevice, &descriptor);
+    // As eager messages (wire.h): taken at once unless a large point-to-point one.
+    const bool pull = (tag & kP2PTagBit) == 0 || bytes < channel.rendezvous_bytes();
+    make_rendezvous_locked(*op, kRvDevice | (pull ? kRvPull : 0), &descriptor);
   } else {
     ++send_seq_;
     op->lane = lane;

@@ -33,13 +33,17 @@
 // the buffer. The send completes on kRvDoneTag, or once its kRvDataTag frame is written.
 // A receive that does not match the announced size fails with DesyncError and answers
 // kRvDoneTag, as an eager message's payload would be dropped.
-// Device payloads (MemoryKind::kCuda; comm.h's isend_device): always a rendezvous proper
-// with kRvDevice in the flags and kDeviceBit in the header's `bytes`; a DeviceDescriptor
-// (the channel's own encoding: for cuda_ipc a memory handle, an offset and an IPC event)
+// Device payloads (MemoryKind::kCuda; comm.h's isend_device): always a rendezvous with
+// kRvDevice in the flags and kDeviceBit in the header's `bytes`; a DeviceDescriptor (the
+// channel's own encoding: for cuda_ipc a memory handle, an offset and an IPC event)
 // follows the RvDescriptor. Never streamed: the receiver's channel copies it device to
 // device (Channel::import_device) and answers kRvDoneTag; the sender's channel then frees
-// what the descriptor held (Channel::release_device) and the send completes. A device
-// message meeting a host receive, or the reverse, fails that receive with DesyncError.
+// what the descriptor held (Channel::release_device) and the send completes. The host
+// rule of completion holds: point-to-point messages of rendezvous_bytes() and up wait for
+// their receive; the others carry kRvPull and are imported at once, into device memory of
+// the receiving channel's own when no receive is posted (Channel::allocate_device), and
+// copied to the receive when it comes. A device message meeting a host receive, or the
+// reverse, fails that receive with DesyncError.
 #pragma once
 
 #include <cstddef>

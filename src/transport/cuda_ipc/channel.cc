@@ -52,6 +52,7 @@ CudaIpcChannel::CudaIpcChannel(std::unique_ptr<core::Channel> host,
 CudaIpcChannel::~CudaIpcChannel() {
   (void)cudaSetDevice(device_->device());
   (void)cudaEventDestroy(static_cast<cudaEvent_t>(copied_));
+  for (auto& [data, bytes] : buffers_) (void)cudaFree(data);
   MutexLock lock(slot_mu_);
   for (Slot& s : slots_) (void)cudaEventDestroy(static_cast<cudaEvent_t>(s.event));
 }
@@ -137,6 +138,42 @@ std::string CudaIpcChannel::import_device(void* dest, size_t bytes,
     check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(copied_), stream), "cudaEventRecord");
     check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(copied_)),
                "cudaEventSynchronize after a received payload's copy");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return {};
+}
+
+void* CudaIpcChannel::allocate_device(size_t bytes) {
+  auto it = spare_.lower_bound(bytes);
+  if (it != spare_.end()) {
+    void* data = it->second;
+    spare_.erase(it);
+    return data;
+  }
+  void* data = nullptr;
+  if (cudaSetDevice(device_->device()) != cudaSuccess || cudaMalloc(&data, bytes) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the error of a failed allocation
+    return nullptr;
+  }
+  buffers_.emplace(data, bytes);
+  return data;
+}
+
+void CudaIpcChannel::free_device(void* data, size_t /*bytes*/) {
+  auto it = buffers_.find(data);
+  if (it != buffers_.end()) spare_.emplace(it->second, data);
+}
+
+std::string CudaIpcChannel::copy_device(void* dest, const void* src, size_t bytes) {
+  try {
+    device_->use();
+    auto stream = static_cast<cudaStream_t>(device_->stream());
+    check_cuda(cudaMemcpyAsync(dest, src, bytes, cudaMemcpyDeviceToDevice, stream),
+               "cudaMemcpyAsync of an early payload to its receive");
+    check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(copied_), stream), "cudaEventRecord");
+    check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(copied_)),
+               "cudaEventSynchronize after an early payload's copy");
   } catch (const Error& e) {
     return e.what();
   }

@@ -12,13 +12,16 @@
 // on the host, so the receive is complete, and the sender may reuse its buffer, once the
 // core's answer goes back; then release_device returns the event slot.
 // Ownership: owns the wrapped channel, the event slots and the peer's opened handles
-// (closed at destruction); shares the DeviceStream with its group.
+// (closed at destruction); shares the DeviceStream with its group. Payloads that arrive
+// before their receive are imported into buffers of the channel's own (cudaMalloc'd, kept
+// for reuse until destruction), then copied to the receive (copy_device).
 // Failure: a CUDA error on the sender throws Error from isend_device (nothing was sent);
 // on the receiver it is the lost reason that aborts the Comm. A dead peer is seen by the
 // wrapped channel as for shm. Thread-safety: channel.h; the send side's slots take a leaf
 // mutex.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,6 +62,9 @@ class CudaIpcChannel final : public core::Channel {
   std::string import_device(void* dest, size_t bytes,
                             const core::DeviceDescriptor& descriptor) override;
   void release_device(const core::DeviceDescriptor& descriptor) override;
+  void* allocate_device(size_t bytes) override;
+  void free_device(void* data, size_t bytes) override;
+  std::string copy_device(void* dest, const void* src, size_t bytes) override;
 
   void arm(bool want_write) override { host_->arm(want_write); }
   void disarm() override { host_->disarm(); }
@@ -87,6 +93,10 @@ class CudaIpcChannel final : public core::Channel {
   // event the host waits on for a copy.
   PeerMappings mappings_;
   void* copied_ = nullptr;  // cudaEvent_t
+  // Device buffers for payloads that arrived before their receive: spare ones by capacity,
+  // and every one (freed at destruction).
+  std::multimap<size_t, void*> spare_;
+  std::map<void*, size_t> buffers_;
 };
 
 // The allocation holding device pointer `p`: its base address and size (the driver's
