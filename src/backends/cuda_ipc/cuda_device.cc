@@ -37,7 +37,10 @@ CudaDevice::CudaDevice(std::shared_ptr<const transport::cuda_ipc::DeviceStream> 
 CudaDevice::~CudaDevice() {
   (void)cudaSetDevice(stream_->device());
   (void)cudaStreamSynchronize(static_cast<cudaStream_t>(cuda_stream()));
-  for (auto& [data, bytes] : scratch_capacity_) (void)cudaFree(data);
+  {
+    MutexLock lock(scratch_mu_);
+    for (auto& [data, bytes] : scratch_capacity_) (void)cudaFree(data);
+  }
   MutexLock lock(caller_mu_);
   (void)cudaEventDestroy(static_cast<cudaEvent_t>(caller_event_));
 }
@@ -64,6 +67,7 @@ std::shared_ptr<void> CudaDevice::complete() {
 }
 
 void* CudaDevice::allocate(size_t bytes) {
+  MutexLock lock(scratch_mu_);
   auto it = free_scratch_.lower_bound(bytes);
   if (it != free_scratch_.end()) {
     void* data = it->second;
@@ -79,6 +83,7 @@ void* CudaDevice::allocate(size_t bytes) {
 
 void CudaDevice::release(void* data, size_t /*bytes*/) {
   // Stream-ordered reuse: work that uses it next is queued after the work that used it.
+  MutexLock lock(scratch_mu_);
   free_scratch_.emplace(scratch_capacity_.at(data), data);
 }
 

@@ -9,7 +9,8 @@
 // default stream) that the group's stream waits for. complete(): an event recorded on the
 // group's stream, synchronised on the host.
 // Failure: Error naming the CUDA call. Thread-safety: order_after_caller from any thread
-// (the event it records under a leaf mutex); everything else from the group's worker.
+// (the event it records under a leaf mutex); the rest from the threads that run the
+// operations of the group and its subgroups (which share it; scratch under a leaf mutex).
 #pragma once
 
 #include <cstddef>
@@ -50,8 +51,9 @@ class CudaDevice final : public CommDevice, public coll::DeviceOps {
   const std::shared_ptr<const transport::cuda_ipc::DeviceStream> stream_;
   Mutex caller_mu_;                                  // leaf
   void* caller_event_ TDIST_GUARDED_BY(caller_mu_);  // cudaEvent_t
-  std::multimap<size_t, void*> free_scratch_;        // by capacity
-  std::map<void*, size_t> scratch_capacity_;         // every buffer allocated, by address
+  Mutex scratch_mu_;  // leaf: a group and its subgroups share this device
+  std::multimap<size_t, void*> free_scratch_ TDIST_GUARDED_BY(scratch_mu_);  // by capacity
+  std::map<void*, size_t> scratch_capacity_ TDIST_GUARDED_BY(scratch_mu_);   // all of them
 };
 
 }  // namespace tdist::backends::cuda_ipc
