@@ -63,6 +63,17 @@ void all_to_allv_any(const coll::Ctx& ctx, const void* send, std::span<const siz
     coll::all_to_allv(ctx, send, send_bytes, recv, recv_bytes);
     return;
   }
+  if (ctx.device != nullptr) {  // device buffers: the copy in device scratch
+    struct Copy {
+      coll::DeviceOps& ops;
+      size_t bytes;
+      void* data = ops.allocate(bytes);
+      ~Copy() { ops.release(data, bytes); }
+    } copy{*ctx.device, sn};
+    ctx.device->copy(copy.data, send, sn);
+    coll::all_to_allv(ctx, copy.data, send_bytes, recv, recv_bytes);
+    return;
+  }
   std::vector<uint8_t> copy(s, s + sn);
   coll::all_to_allv(ctx, copy.data(), send_bytes, recv, recv_bytes);
 }

@@ -200,6 +200,9 @@ void check_collectives(ProcessGroup& pg, DType dtype, size_t count) {
       ASSERT_EQ(swapped[q * count + i], static_cast<T>(input(q, r * count + i))) << "all_to_all";
     }
   }
+  std::vector<T> in_place = wide;  // in place: the backend copies the input to device scratch
+  pg.all_to_all(in_place.data(), in_place.data(), count, dtype)->wait();
+  ASSERT_EQ(in_place, swapped) << "all_to_all in place";
   std::vector<T> gathered(r == 0 ? count * n : 0);
   pg.gather(mine.data(), gathered.data(), count, dtype, 0)->wait();
   if (r == 0) {
