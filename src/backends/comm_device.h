@@ -13,12 +13,18 @@
 // from any thread; ops() and complete() from the thread that runs the group's operations.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 
 #include "collectives/device_ops.h"
 #include "tdist/device.h"
 
 namespace tdist::backends {
+
+// The pipeline chunk of a device group's collectives unless TDIST_CHUNK_BYTES is set: each
+// device message costs a host round trip (tens of microseconds: the IPC event, the copy
+// waited for), while one GPU copies megabytes in microseconds, so chunks are large.
+inline constexpr size_t kDeviceChunkBytes = size_t{32} << 20;
 
 class CommDevice {
  public:

@@ -135,7 +135,8 @@ void CommProcessGroup::execute(uint64_t seq, const core::OpFingerprint& fp, Queu
   };
   try {
     comm_->begin_collective(seq, fp);
-    coll::Ctx ctx{*comm_, seq, core::coarse_deadline_after(timeout()), settings_, &chosen};
+    coll::Ctx ctx{*comm_, seq, core::coarse_deadline_after(timeout()),
+                  device_ ? device_settings_ : settings_, &chosen};
     if (device_) {
       ctx.memory = device_->memory();
       ctx.device = device_->ops();

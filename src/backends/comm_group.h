@@ -98,6 +98,13 @@ class CommProcessGroup : public ProcessGroup {
   // (its abort notice may not have arrived before the connection broke).
   std::exception_ptr settle(uint64_t seq, std::exception_ptr error);
   std::exception_ptr failure() const;  // the first settled error, or null
+  static coll::CollectiveSettings device_settings(coll::CollectiveSettings s) {
+    if (!s.chunk_given) {
+      s.chunk_bytes = kDeviceChunkBytes;
+      s.chunk_given = true;
+    }
+    return s;
+  }
 
   const std::string backend_;
   const CommFactory factory_;
@@ -105,6 +112,8 @@ class CommProcessGroup : public ProcessGroup {
   std::unique_ptr<transport::Comm> comm_;
   // TDIST_ALGO and TDIST_CHUNK_BYTES, read once when the group is made.
   const coll::CollectiveSettings settings_ = coll::CollectiveSettings::from_environment();
+  // A device group's: kDeviceChunkBytes unless a chunk size was given (comm_device.h).
+  const coll::CollectiveSettings device_settings_ = device_settings(settings_);
   mutable Mutex failure_mu_;
   std::exception_ptr failure_ TDIST_GUARDED_BY(failure_mu_);
   OpQueue ops_;  // after comm_: stopped (drained) in the destructor, before comm_ goes

@@ -8,6 +8,7 @@
 // given a device (comm_device.h) computes what the host path computes.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -220,6 +221,9 @@ void check_collectives(ProcessGroup& pg, DType dtype, size_t count) {
 }
 
 TEST(DeviceMessageTest, EveryCollectiveOfADeviceGroupMatchesTheHostResult) {
+  // Small chunks, so that the larger counts run several per step (a device group's chunk is
+  // 32 MiB unless given: comm_device.h).
+  ::setenv("TDIST_CHUNK_BYTES", "65536", 1);
   DeviceCounters counters;
   constexpr int kWorld = 3;
   auto store = std::make_shared<HashStore>();
@@ -253,6 +257,7 @@ TEST(DeviceMessageTest, EveryCollectiveOfADeviceGroupMatchesTheHostResult) {
     });
   }
   for (auto& t : threads) t.join();
+  ::unsetenv("TDIST_CHUNK_BYTES");
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
   }
