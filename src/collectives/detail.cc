@@ -162,7 +162,7 @@ void reduce_into(const Ctx& ctx, void* dst, const void* src, size_t count, DType
   if (ctx.device != nullptr) {
     ctx.device->reduce(dst, dst, src, count, dtype, op);
   } else {
-    reduce_into(ctx, dst, src, count, dtype, op);
+    core::reduce_into(dst, src, count, dtype, op);
   }
 }
 
