@@ -87,10 +87,13 @@ void Scratch::init_host() {
   g_scratch.peak = std::max(g_scratch.peak, g_scratch.live);
 }
 
-Scratch::Scratch(const Ctx& ctx, size_t bytes) : bytes_(bytes), device_(ctx.device) {
+Scratch::Scratch(const Ctx& ctx, size_t bytes)
+    : bytes_(bytes), device_(bytes > 0 ? ctx.device : nullptr) {
+  // Empty scratch is a host one on devices too: its data() is not null (algorithms compute
+  // addresses in it that they never use).
   if (device_ == nullptr) {
     init_host();
-  } else if (bytes > 0) {
+  } else {
     device_data_ = static_cast<uint8_t*>(device_->allocate(bytes));
   }
 }
