@@ -217,6 +217,13 @@ void check_collectives(ProcessGroup& pg, DType dtype, size_t count) {
   pg.scatter(wide.data(), piece.data(), count, dtype, 0)->wait();
   const std::vector<T> root_input = inputs<T>(0, count * n);
   ASSERT_TRUE(std::equal(piece.begin(), piece.end(), root_input.begin() + r * count)) << "scatter";
+  // Point-to-point around the ring (device messages from the calling thread).
+  std::vector<T> from_prev(count);
+  WorkPtr sent = pg.isend(mine.data(), count, dtype, (r + 1) % n, 5);
+  WorkPtr got = pg.irecv(from_prev.data(), count, dtype, (r + n - 1) % n, 5);
+  sent->wait();
+  got->wait();
+  ASSERT_EQ(from_prev, inputs<T>((r + n - 1) % n, count)) << "isend/irecv";
   pg.barrier()->wait();
 }
 
