@@ -79,8 +79,10 @@ endif()
 
 # The cuda_ipc backend (src/backends/cuda_ipc, src/transport/cuda_ipc): with the nccl
 # backend's CUDA, plus its reduction kernels compiled by nvcc (CMake's CUDA language, for
-# CMAKE_CUDA_ARCHITECTURES, default 90: the H200). TDIST_CUDA_IPC=OFF leaves it out.
+# TDIST_CUDA_ARCHITECTURES: A100 and H100/H200 code, and PTX for later GPUs).
+# TDIST_CUDA_IPC=OFF leaves it out.
 option(TDIST_CUDA_IPC "Build the cuda_ipc backend when CUDA is built and nvcc works" ON)
+set(TDIST_CUDA_ARCHITECTURES "80-real;90" CACHE STRING "GPU architectures of the cuda_ipc kernels")
 set(TDIST_HAVE_CUDA_IPC FALSE)
 set(TDIST_CUDA_IPC_HINT "${TDIST_CUDA_HINT}")
 if(TDIST_HAVE_NCCL AND TDIST_CUDA_IPC)
@@ -91,7 +93,7 @@ if(TDIST_HAVE_NCCL AND TDIST_CUDA_IPC)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
     if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-      set(CMAKE_CUDA_ARCHITECTURES 90)
+      set(CMAKE_CUDA_ARCHITECTURES ${TDIST_CUDA_ARCHITECTURES})
     endif()
     enable_language(CUDA)
     set(TDIST_HAVE_CUDA_IPC TRUE)
