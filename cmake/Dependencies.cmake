@@ -77,6 +77,33 @@ else()
   set(TDIST_CUDA_HINT "TDIST_CUDA=OFF")
 endif()
 
+# The cuda_ipc backend (src/backends/cuda_ipc, src/transport/cuda_ipc): with the nccl
+# backend's CUDA, plus its reduction kernels compiled by nvcc (CMake's CUDA language, for
+# TDIST_CUDA_ARCHITECTURES: A100 and H100/H200 code, and PTX for later GPUs).
+# TDIST_CUDA_IPC=OFF leaves it out.
+option(TDIST_CUDA_IPC "Build the cuda_ipc backend when CUDA is built and nvcc works" ON)
+set(TDIST_CUDA_ARCHITECTURES "80-real;90" CACHE STRING "GPU architectures of the cuda_ipc kernels")
+set(TDIST_HAVE_CUDA_IPC FALSE)
+set(TDIST_CUDA_IPC_HINT "${TDIST_CUDA_HINT}")
+if(TDIST_HAVE_NCCL AND TDIST_CUDA_IPC)
+  if(NOT CMAKE_CUDA_COMPILER AND CUDAToolkit_NVCC_EXECUTABLE)
+    set(CMAKE_CUDA_COMPILER ${CUDAToolkit_NVCC_EXECUTABLE})
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES ${TDIST_CUDA_ARCHITECTURES})
+    endif()
+    enable_language(CUDA)
+    set(TDIST_HAVE_CUDA_IPC TRUE)
+  else()
+    set(TDIST_CUDA_IPC_HINT "no working nvcc for CUDA kernels")
+  endif()
+elseif(NOT TDIST_CUDA_IPC)
+  set(TDIST_CUDA_IPC_HINT "TDIST_CUDA_IPC=OFF")
+endif()
+
 set(TDIST_HAVE_MPI ${MPI_C_FOUND})
 set(TDIST_HAVE_TORCH ${Torch_FOUND})
 # LibTorch 1.13's headers do not compile as C++20 with clang < 15 (incomplete c10::IValue
@@ -103,6 +130,7 @@ if(TDIST_HAVE_NCCL)
 else()
   tdist_report("CUDA and NCCL (nccl backend)" FALSE "${TDIST_CUDA_HINT}")
 endif()
+tdist_report("CUDA kernels (cuda_ipc backend)" "${TDIST_HAVE_CUDA_IPC}" "${TDIST_CUDA_IPC_HINT}")
 if(TDIST_HAVE_TORCH)
   message(STATUS "tdist: LibTorch ${Torch_VERSION} (tdist_torch: tensor collectives, DDP, sampler): "
                  "found at ${TDIST_TORCH_PREFIX}")

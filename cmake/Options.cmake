@@ -15,9 +15,10 @@ endif()
 # and tests/sanitizers/.
 set_property(CACHE TDIST_SANITIZE PROPERTY STRINGS "" "address,undefined" "thread")
 if(TDIST_SANITIZE)
-  add_compile_options(-fsanitize=${TDIST_SANITIZE} -fno-omit-frame-pointer)
+  # C and C++ only: nvcc takes none of these (the cuda_ipc kernels run uninstrumented).
+  add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:-fsanitize=${TDIST_SANITIZE};-fno-omit-frame-pointer>")
   if(TDIST_SANITIZE MATCHES "undefined")
-    add_compile_options(-fno-sanitize-recover=undefined)
+    add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:-fno-sanitize-recover=undefined>")
   endif()
   add_link_options(-fsanitize=${TDIST_SANITIZE})
 endif()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The GPU checks of the nccl backend (tests/nccl/nccl_gpu_test, CTest label `gpu`, which
-# belong to the CTest configuration `gpu` so that a plain `ctest` never runs them).
+# The GPU checks of the nccl backend (tests/nccl/nccl_gpu_test) and of the cuda_ipc backend
+# (tests/cuda_ipc/cuda_ipc_gpu_test: 2, 4 and 8 processes on one GPU), CTest label `gpu`,
+# which belong to the CTest configuration `gpu` so that a plain `ctest` never runs them.
 # Where no GPU is visible (no nvidia-smi, nvidia-smi lists none, or the CUDA runtime reports
 # no device) it prints "gpu_check: no GPU visible (<why>); skipping" and exits 0. Otherwise
 # it configures and builds what the checks need (CUDA and NCCL required, warnings are
@@ -31,6 +32,8 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTDIST_WERROR=ON -DTDI
   -DCMAKE_DISABLE_FIND_PACKAGE_Torch=ON "${launcher[@]}" >"$log" 2>&1 ||
   { tail -40 "$log"; echo "gpu_check: configure failed"; exit 1; }
 grep 'tdist: CUDA' "$log" || true
+grep -q 'CUDA kernels (cuda_ipc backend): found' "$log" ||
+  { echo "gpu_check: the cuda_ipc backend was not built (no working nvcc?)"; exit 1; }
 cmake --build "$build" -j"$(nproc)" --target tests_gpu >"$log" 2>&1 ||
   { tail -60 "$log"; echo "gpu_check: build failed"; exit 1; }
 

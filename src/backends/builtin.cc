@@ -9,6 +9,9 @@
 #if TDIST_HAVE_NCCL
 #include "backends/nccl/nccl_backend.h"
 #endif
+#if TDIST_HAVE_CUDA_IPC
+#include "backends/cuda_ipc/cuda_ipc_backend.h"
+#endif
 
 namespace tdist::backends {
 namespace {
@@ -34,6 +37,9 @@ std::vector<std::pair<std::string, BackendFactory>> builtin_backends() {
 #endif
 #if TDIST_HAVE_NCCL
   backends.emplace_back("nccl", nccl::nccl_backend());
+#endif
+#if TDIST_HAVE_CUDA_IPC
+  backends.emplace_back("cuda_ipc", cuda_ipc::cuda_ipc_backend());
 #endif
   return backends;
 }

@@ -63,6 +63,17 @@ void all_to_allv_any(const coll::Ctx& ctx, const void* send, std::span<const siz
     coll::all_to_allv(ctx, send, send_bytes, recv, recv_bytes);
     return;
   }
+  if (ctx.device != nullptr) {  // device buffers: the copy in device scratch
+    struct Copy {
+      coll::DeviceOps& ops;
+      size_t bytes;
+      void* data = ops.allocate(bytes);
+      ~Copy() { ops.release(data, bytes); }
+    } copy{*ctx.device, sn};
+    ctx.device->copy(copy.data, send, sn);
+    coll::all_to_allv(ctx, copy.data, send_bytes, recv, recv_bytes);
+    return;
+  }
   std::vector<uint8_t> copy(s, s + sn);
   coll::all_to_allv(ctx, copy.data(), send_bytes, recv, recv_bytes);
 }
@@ -71,10 +82,12 @@ void all_to_allv_any(const coll::Ctx& ctx, const void* send, std::span<const siz
 
 CommProcessGroup::CommProcessGroup(std::string backend, CommFactory factory,
                                    std::shared_ptr<Store> store, int rank, int size,
-                                   std::chrono::milliseconds timeout, std::vector<int> global_ranks)
+                                   std::chrono::milliseconds timeout, std::vector<int> global_ranks,
+                                   std::shared_ptr<CommDevice> device)
     : ProcessGroup(std::move(store), rank, size, timeout, std::move(global_ranks)),
       backend_(std::move(backend)),
       factory_(std::move(factory)),
+      device_(std::move(device)),
       comm_(factory_(this->store(), rank, size, timeout)),
       ops_(kClaimDelay, timeout) {
   TDIST_CHECK(comm_ != nullptr, Error, backend_, ": the transport factory returned null");
@@ -86,14 +99,15 @@ std::shared_ptr<ProcessGroup> CommProcessGroup::make_subgroup(std::shared_ptr<St
                                                               int rank, int size,
                                                               std::vector<int> global_ranks) {
   return std::make_shared<CommProcessGroup>(backend_, factory_, std::move(store), rank, size,
-                                            timeout(), std::move(global_ranks));
+                                            timeout(), std::move(global_ranks), device_);
 }
 
 template <typename Run>
 WorkPtr CommProcessGroup::enqueue(uint64_t seq, const core::OpFingerprint& fp, Run run) {
   // One block from this thread's cache: the Work holds the operation (a std::function
   // over a reference stores it in place).
-  auto call = [this, fp, run = std::move(run)](uint64_t n, Work& work) {
+  if (device_) device_->order_after_caller();  // on the caller's thread (comm_device.h)
+  auto call = [this, fp, run = std::move(run)](uint64_t n, QueuedWork& work) {
     execute(n, fp, work, std::cref(run));
   };
   using Call = QueuedCall<decltype(call)>;
@@ -104,7 +118,7 @@ WorkPtr CommProcessGroup::enqueue(uint64_t seq, const core::OpFingerprint& fp, R
   return work;
 }
 
-void CommProcessGroup::execute(uint64_t seq, const core::OpFingerprint& fp, Work& work,
+void CommProcessGroup::execute(uint64_t seq, const core::OpFingerprint& fp, QueuedWork& work,
                                const std::function<void(const coll::Ctx&)>& run) {
   auto where = [&] { return describe(rank(), size(), backend_, work.op(), seq); };
   if (std::exception_ptr failed = comm_->error()) {
@@ -121,8 +135,14 @@ void CommProcessGroup::execute(uint64_t seq, const core::OpFingerprint& fp, Work
   };
   try {
     comm_->begin_collective(seq, fp);
-    coll::Ctx ctx{*comm_, seq, core::coarse_deadline_after(timeout()), settings_, &chosen};
+    coll::Ctx ctx{*comm_, seq, core::coarse_deadline_after(timeout()),
+                  device_ ? device_settings_ : settings_, &chosen};
+    if (device_) {
+      ctx.memory = device_->memory();
+      ctx.device = device_->ops();
+    }
     run(ctx);
+    if (device_) work.set_cuda_event(device_->complete());
     note_finished(seq, nullptr, algorithm());
     work.finish();
   } catch (...) {

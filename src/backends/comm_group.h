@@ -16,6 +16,9 @@
 // Failure: an operation that fails aborts the Comm, so every pending and later
 // operation of the group fails with the same error on this rank, and the peers notice
 // the closed connections. Errors name the rank, the operation and its sequence number.
+// Device memory: a group given a CommDevice (comm_device.h; the cuda_ipc backend) takes
+// device buffers only (memory_kinds()), runs the algorithms with the device's kernels and
+// posts device messages; its Works are DeviceWorks.
 // Destruction lets queued operations finish (the group timeout bounds them), then stops
 // the worker and closes the transport.
 #pragma once
@@ -27,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/comm_device.h"
 #include "backends/op_queue.h"
 #include "collectives/context.h"
 #include "collectives/settings.h"
@@ -45,10 +49,14 @@ class CommProcessGroup : public ProcessGroup {
   // Connects the transport through `store` (blocking until every rank joined or the
   // timeout passed) and starts the worker.
   CommProcessGroup(std::string backend, CommFactory factory, std::shared_ptr<Store> store, int rank,
-                   int size, std::chrono::milliseconds timeout, std::vector<int> global_ranks = {});
+                   int size, std::chrono::milliseconds timeout, std::vector<int> global_ranks = {},
+                   std::shared_ptr<CommDevice> device = nullptr);
   ~CommProcessGroup() override;
 
   std::string backend_name() const override { return backend_; }
+  unsigned memory_kinds() const override {
+    return memory_bit(device_ ? device_->memory() : MemoryKind::kHost);
+  }
 
   void abort() override;
 
@@ -82,7 +90,7 @@ class CommProcessGroup : public ProcessGroup {
   // Queues the operation numbered `seq`, described by `fp` (op_queue.h).
   template <typename Run>  // Run: void(const coll::Ctx&); defined in comm_group.cc
   WorkPtr enqueue(uint64_t seq, const core::OpFingerprint& fp, Run run);
-  void execute(uint64_t seq, const core::OpFingerprint& fp, Work& work,
+  void execute(uint64_t seq, const core::OpFingerprint& fp, QueuedWork& work,
                const std::function<void(const coll::Ctx&)>& run);
   // The error operation `seq` failed with, as the group reports it from now on: a
   // TimeoutError names the ranks that never arrived (status.h); a DesyncError is left in
@@ -90,12 +98,22 @@ class CommProcessGroup : public ProcessGroup {
   // (its abort notice may not have arrived before the connection broke).
   std::exception_ptr settle(uint64_t seq, std::exception_ptr error);
   std::exception_ptr failure() const;  // the first settled error, or null
+  static coll::CollectiveSettings device_settings(coll::CollectiveSettings s) {
+    if (!s.chunk_given) {
+      s.chunk_bytes = kDeviceChunkBytes;
+      s.chunk_given = true;
+    }
+    return s;
+  }
 
   const std::string backend_;
   const CommFactory factory_;
+  const std::shared_ptr<CommDevice> device_;
   std::unique_ptr<transport::Comm> comm_;
   // TDIST_ALGO and TDIST_CHUNK_BYTES, read once when the group is made.
   const coll::CollectiveSettings settings_ = coll::CollectiveSettings::from_environment();
+  // A device group's: kDeviceChunkBytes unless a chunk size was given (comm_device.h).
+  const coll::CollectiveSettings device_settings_ = device_settings(settings_);
   mutable Mutex failure_mu_;
   std::exception_ptr failure_ TDIST_GUARDED_BY(failure_mu_);
   OpQueue ops_;  // after comm_: stopped (drained) in the destructor, before comm_ goes

@@ -13,7 +13,9 @@
 namespace tdist::backends {
 namespace {
 
-class RequestWork : public Work {
+// Its device messages are complete, copied, when the requests are (cuda_ipc): no device
+// work follows them on the group's stream, so it has no event.
+class RequestWork : public Work, public DeviceWork {
  public:
   // `where` names the operation in errors ("rank 0/2 (shm) isend"); it is written out only
   // when an error needs it, so a short message costs no string formatting.
@@ -25,6 +27,9 @@ class RequestWork : public Work {
         backend_(backend),
         requests_(std::move(requests)),
         op_deadline_(op_deadline) {}
+
+ protected:
+  void* cuda_event() const override { return nullptr; }
 
  protected:
   // Finishes outside poll_mu_: finish() runs callbacks, which may poll this Work again.
@@ -73,11 +78,14 @@ class RequestWork : public Work {
 WorkPtr CommProcessGroup::do_batch_isend_irecv(std::span<const P2POp> ops) {
   std::vector<transport::RequestPtr> requests;
   requests.reserve(ops.size());
+  const MemoryKind memory = device_ ? device_->memory() : MemoryKind::kHost;
+  if (device_) device_->order_after_caller();  // sends are described after the caller's work
   for (const P2POp& op : ops) {
     const size_t bytes = op.count * dtype_size(op.dtype);
     const uint64_t tag = transport::p2p_tag(op.tag);
-    requests.push_back(op.kind == P2POp::Kind::kSend ? comm_->isend(op.peer, tag, op.data, bytes)
-                                                     : comm_->irecv(op.peer, tag, op.data, bytes));
+    requests.push_back(op.kind == P2POp::Kind::kSend
+                           ? comm_->isend_on(memory, op.peer, tag, op.data, bytes)
+                           : comm_->irecv_on(memory, op.peer, tag, op.data, bytes));
   }
   return std::allocate_shared<RequestWork>(core::CachingAllocator<RequestWork>(), p2p_name(ops),
                                            rank(), size(), backend_, std::move(requests),

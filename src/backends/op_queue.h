@@ -20,12 +20,14 @@
 // lets queued operations finish, then joins the worker.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <thread>
 
+#include "tdist/device.h"
 #include "tdist/process_group.h"
 #include "tdist/thread_annotations.h"
 #include "tdist/work.h"
@@ -82,10 +84,19 @@ class OpQueue {
 };
 
 // The Work of an operation on an OpQueue owned by `group`, and the operation.
-class QueuedWork : public Work {
+// A queued operation's Work. On a device group (comm_device.h) its DeviceWork event is
+// set once, before it finishes.
+class QueuedWork : public Work, public DeviceWork {
  public:
   QueuedWork(const char* op, std::weak_ptr<ProcessGroup> group, OpQueue& queue)
       : Work(op), group_(std::move(group)), queue_(&queue) {}
+
+  void* cuda_event() const override { return event_.load(std::memory_order_acquire); }
+  // Keeps `event` (a cudaEvent_t's owner) with the Work; call before finish().
+  void set_cuda_event(std::shared_ptr<void> event) {
+    event_owner_ = std::move(event);
+    event_.store(event_owner_.get(), std::memory_order_release);
+  }
 
   // Runs the operation, numbered `seq`; it must finish this Work (and not throw). The
   // queue calls it once.
@@ -97,6 +108,8 @@ class QueuedWork : public Work {
  private:
   std::weak_ptr<ProcessGroup> group_;  // keeps queue_ alive while locked
   OpQueue* queue_;
+  std::shared_ptr<void> event_owner_;
+  std::atomic<void*> event_{nullptr};
 };
 
 // A QueuedWork whose operation is `fn(seq, work)`.
@@ -105,7 +118,7 @@ class QueuedCall final : public QueuedWork {
  public:
   QueuedCall(const char* op, std::weak_ptr<ProcessGroup> group, OpQueue& queue, Fn fn)
       : QueuedWork(op, std::move(group), queue), fn_(std::move(fn)) {}
-  void run(uint64_t seq) override { fn_(seq, static_cast<Work&>(*this)); }
+  void run(uint64_t seq) override { fn_(seq, static_cast<QueuedWork&>(*this)); }
 
  private:
   Fn fn_;

@@ -35,7 +35,7 @@ void ring(const Ctx& ctx, void* recv, std::span<const size_t> sizes,
     const uint64_t t = detail::tag(ctx, static_cast<uint32_t>(s));
     for (size_t c = 0; c < detail::ceil_div(sizes[b], chunk); ++c) {
       const Span sp = detail::chunk_of(sizes[b], chunk, c);
-      recvs.push(ctx.comm.irecv(prev, t, detail::at(recv, offsets[b] + sp.offset), sp.length));
+      recvs.push(detail::irecv(ctx, prev, t, detail::at(recv, offsets[b] + sp.offset), sp.length));
     }
   }
   for (int s = 0; s + 1 < n; ++s) {
@@ -44,7 +44,7 @@ void ring(const Ctx& ctx, void* recv, std::span<const size_t> sizes,
     for (size_t c = 0; c < detail::ceil_div(sizes[b], chunk); ++c) {
       if (s > 0) recvs.wait_front();  // chunk c of block b, received at step s-1
       const Span sp = detail::chunk_of(sizes[b], chunk, c);
-      sends.push(ctx.comm.isend(next, t, detail::at(recv, offsets[b] + sp.offset), sp.length));
+      sends.push(detail::isend(ctx, next, t, detail::at(recv, offsets[b] + sp.offset), sp.length));
     }
   }
   recvs.wait_all();
@@ -82,7 +82,7 @@ void hierarchical(const Ctx& ctx, const void* send, void* recv, std::span<const 
     group_offset.push_back(group_offset.back() + group_bytes.back());
   }
   const size_t total = group_offset.back();
-  detail::Scratch packed(total);
+  detail::Scratch packed(ctx, total);
   // My group: my column, or my host.
   const size_t mine = static_cast<size_t>(hosts.uniform ? hosts.local : hosts.host);
   uint8_t* own_group = packed.data() + group_offset[mine];
@@ -105,7 +105,7 @@ void hierarchical(const Ctx& ctx, const void* send, void* recv, std::span<const 
   for (const auto& g : groups) {
     for (int rank : g) {
       const size_t b = sizes[static_cast<size_t>(rank)];
-      if (b > 0) std::memcpy(detail::at(recv, offsets[static_cast<size_t>(rank)]), from, b);
+      if (b > 0) detail::copy(ctx, detail::at(recv, offsets[static_cast<size_t>(rank)]), from, b);
       from += b;
     }
   }

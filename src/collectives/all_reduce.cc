@@ -67,7 +67,7 @@ void ring(const Ctx& ctx, const Vec& v) {
     return sp;
   };
 
-  detail::Scratch scratch(detail::kPipelineDepth * slot_elems * es);
+  detail::Scratch scratch(ctx, detail::kPipelineDepth * slot_elems * es);
   RequestQueue sends(ctx);
   RequestQueue recvs(ctx);
   size_t posted = 0;
@@ -88,7 +88,7 @@ void ring(const Ctx& ctx, const Vec& v) {
         dst = v.data + sp.offset * es;
       }
       recvs.push(
-          ctx.comm.irecv(prev, detail::tag(ctx, static_cast<uint32_t>(s)), dst, sp.length * es),
+          detail::irecv(ctx, prev, detail::tag(ctx, static_cast<uint32_t>(s)), dst, sp.length * es),
           posted);
     }
   };
@@ -98,8 +98,8 @@ void ring(const Ctx& ctx, const Vec& v) {
     const size_t c = u % nch;
     const Span out = region(send_block(s), c);
     if (out.length > 0) {
-      sends.push(ctx.comm.isend(next, detail::tag(ctx, static_cast<uint32_t>(s)),
-                                v.data + out.offset * es, out.length * es),
+      sends.push(detail::isend(ctx, next, detail::tag(ctx, static_cast<uint32_t>(s)),
+                               v.data + out.offset * es, out.length * es),
                  u);
     }
     while (sends.size() > 2 * detail::kPipelineDepth) sends.wait_front();
@@ -109,9 +109,9 @@ void ring(const Ctx& ctx, const Vec& v) {
     recvs.wait_front();
     if (s < rs_steps) {
       uint8_t* dst = v.data + in.offset * es;
-      core::reduce_into(dst, scratch.data() + (u % detail::kPipelineDepth) * slot_elems * es,
-                        in.length, v.dtype, v.op);
-      if (s + 1 == rs_steps) core::finish(dst, in.length, v.dtype, v.op, n);
+      detail::reduce_into(ctx, dst, scratch.data() + (u % detail::kPipelineDepth) * slot_elems * es,
+                          in.length, v.dtype, v.op);
+      if (s + 1 == rs_steps) detail::finish(ctx, dst, in.length, v.dtype, v.op, n);
     }
   }
   sends.wait_all();
@@ -153,7 +153,8 @@ void pair(const Ctx& ctx, const uint8_t* send, const Vec& v) {
   const size_t recv_ahead =
       zero_copy ? std::max(ahead, kPairRecvAheadBytes / (ce * es)) : detail::kPipelineDepth;
   const size_t slot_elems = std::min(ce, mine_len);
-  detail::Scratch scratch(zero_copy ? 0 : std::min(detail::kPipelineDepth, mch) * slot_elems * es);
+  detail::Scratch scratch(ctx,
+                          zero_copy ? 0 : std::min(detail::kPipelineDepth, mch) * slot_elems * es);
 
   RequestQueue sends(ctx);    // phase 1, key = chunk of their block
   RequestQueue reduced(ctx);  // phase 1 receives, key = chunk of my block
@@ -165,8 +166,9 @@ void pair(const Ctx& ctx, const uint8_t* send, const Vec& v) {
   auto post_sends = [&](size_t limit) {
     for (; sent < std::min(limit, tch); ++sent) {
       const Span sp = chunk_of(theirs_len, ce, sent);
-      sends.push(ctx.comm.isend(peer, t_reduce, send + (theirs + sp.offset) * es, sp.length * es),
-                 sent);
+      sends.push(
+          detail::isend(ctx, peer, t_reduce, send + (theirs + sp.offset) * es, sp.length * es),
+          sent);
     }
   };
   auto post_gathers = [&](size_t limit) {
@@ -174,7 +176,7 @@ void pair(const Ctx& ctx, const uint8_t* send, const Vec& v) {
       const Span sp = chunk_of(theirs_len, ce, gather_posted);
       if (!zero_copy) sends.wait_through(gather_posted);  // the region is sent from
       gathers.push(
-          ctx.comm.irecv(peer, t_gather, v.data + (theirs + sp.offset) * es, sp.length * es),
+          detail::irecv(ctx, peer, t_gather, v.data + (theirs + sp.offset) * es, sp.length * es),
           gather_posted);
     }
   };
@@ -184,7 +186,7 @@ void pair(const Ctx& ctx, const uint8_t* send, const Vec& v) {
       uint8_t* dst = zero_copy
                          ? v.data + (mine + sp.offset) * es
                          : scratch.data() + (posted % detail::kPipelineDepth) * slot_elems * es;
-      reduced.push(ctx.comm.irecv(peer, t_reduce, dst, sp.length * es), posted);
+      reduced.push(detail::irecv(ctx, peer, t_reduce, dst, sp.length * es), posted);
     }
   };
 
@@ -196,13 +198,13 @@ void pair(const Ctx& ctx, const uint8_t* send, const Vec& v) {
     const Span sp = chunk_of(mine_len, ce, c);
     uint8_t* dst = v.data + (mine + sp.offset) * es;
     if (zero_copy) {
-      core::reduce(dst, send + (mine + sp.offset) * es, dst, sp.length, v.dtype, v.op);
+      detail::reduce(ctx, dst, send + (mine + sp.offset) * es, dst, sp.length, v.dtype, v.op);
     } else {
-      core::reduce_into(dst, scratch.data() + (c % detail::kPipelineDepth) * slot_elems * es,
-                        sp.length, v.dtype, v.op);
+      detail::reduce_into(ctx, dst, scratch.data() + (c % detail::kPipelineDepth) * slot_elems * es,
+                          sp.length, v.dtype, v.op);
     }
-    core::finish(dst, sp.length, v.dtype, v.op, 2);
-    returns.push(ctx.comm.isend(peer, t_gather, dst, sp.length * es), c);
+    detail::finish(ctx, dst, sp.length, v.dtype, v.op, 2);
+    returns.push(detail::isend(ctx, peer, t_gather, dst, sp.length * es), c);
     post_reduced(c + 1 + recv_ahead);
     post_sends(c + 1 + ahead);
     post_gathers(zero_copy ? c + 1 + recv_ahead : c + 1);
@@ -250,8 +252,8 @@ void fold_out(const Ctx& ctx, const Vec& v, const Folded& f, uint32_t step) {
   const int peer = r % 2 == 0 ? r + 1 : r - 1;
   const uint64_t t = detail::tag(ctx, step);
   const size_t bytes = v.count * v.esize();
-  q.push(r % 2 == 0 ? ctx.comm.irecv(peer, t, v.data, bytes)
-                    : ctx.comm.isend(peer, t, v.data, bytes));
+  q.push(r % 2 == 0 ? detail::irecv(ctx, peer, t, v.data, bytes)
+                    : detail::isend(ctx, peer, t, v.data, bytes));
   q.wait_all();
 }
 
@@ -279,7 +281,8 @@ void halving_doubling(const Ctx& ctx, const Vec& v) {
       lo = keep_lo;
       hi = keep_hi;
     }
-    core::finish(v.data + offset(lo) * es, offset(hi) - offset(lo), v.dtype, v.op, ctx.comm.size());
+    detail::finish(ctx, v.data + offset(lo) * es, offset(hi) - offset(lo), v.dtype, v.op,
+                   ctx.comm.size());
     for (int mask = 1; mask < f.p; mask *= 2, ++step) {
       const int peer = f.real(f.newrank ^ mask);
       const int width = hi - lo;
@@ -287,9 +290,9 @@ void halving_doubling(const Ctx& ctx, const Vec& v) {
       const int other_hi = other_lo + width;
       RequestQueue q(ctx);
       const uint64_t t = detail::tag(ctx, step);
-      q.push(ctx.comm.irecv(peer, t, v.data + offset(other_lo) * es,
-                            (offset(other_hi) - offset(other_lo)) * es));
-      q.push(ctx.comm.isend(peer, t, v.data + offset(lo) * es, (offset(hi) - offset(lo)) * es));
+      q.push(detail::irecv(ctx, peer, t, v.data + offset(other_lo) * es,
+                           (offset(other_hi) - offset(other_lo)) * es));
+      q.push(detail::isend(ctx, peer, t, v.data + offset(lo) * es, (offset(hi) - offset(lo)) * es));
       q.wait_all();
       lo = std::min(lo, other_lo);
       hi = std::max(hi, other_hi);
@@ -307,7 +310,7 @@ void recursive_doubling(const Ctx& ctx, const Vec& v) {
       detail::exchange_reduce(ctx, f.real(f.newrank ^ mask), step, v.data, v.count, v.data, v.count,
                               v.dtype, v.op);
     }
-    core::finish(v.data, v.count, v.dtype, v.op, ctx.comm.size());
+    detail::finish(ctx, v.data, v.count, v.dtype, v.op, ctx.comm.size());
   }
   fold_out(ctx, v, f, static_cast<uint32_t>(rounds + 1));
 }
@@ -340,7 +343,7 @@ void hierarchical(const Ctx& ctx, const void* send, void* recv, size_t count, DT
     detail::SubComm inter(ctx.comm, hosts.column(hosts.local), 2);
     all_reduce(detail::phase_ctx(ctx, inter), shard, shard, length, dtype,
                detail::later_phase_op(op));
-    core::finish(shard, length, dtype, op, n);
+    detail::finish(ctx, shard, length, dtype, op, n);
     std::vector<size_t> bytes(static_cast<size_t>(local_size));
     for (int i = 0; i < local_size; ++i) bytes[static_cast<size_t>(i)] = blocks.length(i) * es;
     detail::SubComm gather(ctx.comm, mine, 3);
@@ -355,7 +358,7 @@ void hierarchical(const Ctx& ctx, const void* send, void* recv, size_t count, DT
     detail::SubComm leaders(ctx.comm, hosts.column(0), 2);
     all_reduce(detail::phase_ctx(ctx, leaders), recv, recv, count, dtype,
                detail::later_phase_op(op));
-    core::finish(recv, count, dtype, op, n);
+    detail::finish(ctx, recv, count, dtype, op, n);
   }
   detail::SubComm release(ctx.comm, mine, 3);
   broadcast(detail::phase_ctx(ctx, release), recv, count * es, 0);
@@ -378,16 +381,16 @@ void all_reduce(const Ctx& ctx, const void* send, void* recv, size_t count, DTyp
     // Ring and halving-doubling are the same exchange for two ranks. Without a
     // premultiply, `send` is read where it is and never copied into `recv`.
     if (op.kind == ReduceOpKind::kPremulSum || send == recv) {
-      detail::prepare_local(send, recv, count, dtype, op);
+      detail::prepare_local(ctx, send, recv, count, dtype, op);
       pair(ctx, v.data, v);
     } else {
       pair(ctx, static_cast<const uint8_t*>(send), v);
     }
     return;
   }
-  detail::prepare_local(send, recv, count, dtype, op);
+  detail::prepare_local(ctx, send, recv, count, dtype, op);
   if (n == 1) {
-    core::finish(recv, count, dtype, op, 1);
+    detail::finish(ctx, recv, count, dtype, op, 1);
     return;
   }
   if (count == 0) return;

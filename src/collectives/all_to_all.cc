@@ -44,11 +44,11 @@ void all_to_allv(const Ctx& ctx, const void* send, std::span<const size_t> send_
   // Zero-byte messages are sent too, so that sizes that disagree are a DesyncError.
   for (int k = 1; k < n; ++k) {
     const int from = detail::mod(r - k, n);
-    recvs.push(ctx.comm.irecv(from, t, detail::at(recv, roff[from]), recv_bytes[from]));
+    recvs.push(detail::irecv(ctx, from, t, detail::at(recv, roff[from]), recv_bytes[from]));
   }
   for (int k = 1; k < n; ++k) {
     const int to = detail::mod(r + k, n);
-    sends.push(ctx.comm.isend(to, t, detail::at(send, soff[to]), send_bytes[to]));
+    sends.push(detail::isend(ctx, to, t, detail::at(send, soff[to]), send_bytes[to]));
   }
   recvs.wait_all();
   sends.wait_all();

@@ -16,9 +16,9 @@ void dissemination(const Ctx& ctx) {
   uint32_t round = 0;
   for (int dist = 1; dist < n; dist *= 2, ++round) {
     const uint64_t t = detail::tag(ctx, round);
-    sends.push(ctx.comm.isend(detail::mod(r + dist, n), t, nullptr, 0));
+    sends.push(detail::isend(ctx, detail::mod(r + dist, n), t, nullptr, 0));
     detail::RequestQueue recv(ctx);
-    recv.push(ctx.comm.irecv(detail::mod(r - dist, n), t, nullptr, 0));
+    recv.push(detail::irecv(ctx, detail::mod(r - dist, n), t, nullptr, 0));
     recv.wait_all();
   }
   sends.wait_all();
@@ -35,16 +35,16 @@ void hierarchical(const Ctx& ctx) {
   const uint64_t release = detail::tag(ctx, 1);
   detail::RequestQueue q(ctx);
   if (ctx.comm.rank() != leader) {
-    q.push(ctx.comm.isend(leader, arrive, nullptr, 0));
-    q.push(ctx.comm.irecv(leader, release, nullptr, 0));
+    q.push(detail::isend(ctx, leader, arrive, nullptr, 0));
+    q.push(detail::irecv(ctx, leader, release, nullptr, 0));
     q.wait_all();
     return;
   }
-  for (size_t i = 1; i < mine.size(); ++i) q.push(ctx.comm.irecv(mine[i], arrive, nullptr, 0));
+  for (size_t i = 1; i < mine.size(); ++i) q.push(detail::irecv(ctx, mine[i], arrive, nullptr, 0));
   q.wait_all();
   detail::SubComm leaders(ctx.comm, hosts.column(0), 1);
   dissemination(detail::phase_ctx(ctx, leaders));
-  for (size_t i = 1; i < mine.size(); ++i) q.push(ctx.comm.isend(mine[i], release, nullptr, 0));
+  for (size_t i = 1; i < mine.size(); ++i) q.push(detail::isend(ctx, mine[i], release, nullptr, 0));
   q.wait_all();
 }
 

@@ -23,7 +23,7 @@ void binomial(const Ctx& ctx, void* data, size_t bytes, int root) {
   while (mask < n) {
     if ((vr & mask) != 0) {
       RequestQueue q(ctx);
-      q.push(ctx.comm.irecv(mod(vr - mask + root, n), t, data, bytes));
+      q.push(detail::irecv(ctx, mod(vr - mask + root, n), t, data, bytes));
       q.wait_all();
       break;
     }
@@ -31,7 +31,7 @@ void binomial(const Ctx& ctx, void* data, size_t bytes, int root) {
   }
   RequestQueue sends(ctx);
   for (mask >>= 1; mask > 0; mask >>= 1) {
-    if (vr + mask < n) sends.push(ctx.comm.isend(mod(vr + mask + root, n), t, data, bytes));
+    if (vr + mask < n) sends.push(detail::isend(ctx, mod(vr + mask + root, n), t, data, bytes));
   }
   sends.wait_all();
 }
@@ -52,14 +52,14 @@ void chain(const Ctx& ctx, void* data, size_t bytes, int root) {
   if (prev >= 0) {
     for (size_t c = 0; c < nch; ++c) {
       const detail::Span ps = detail::chunk_of(bytes, chunk, c);
-      recvs.push(ctx.comm.irecv(prev, t, detail::at(data, ps.offset), ps.length));
+      recvs.push(detail::irecv(ctx, prev, t, detail::at(data, ps.offset), ps.length));
     }
   }
   for (size_t c = 0; c < nch; ++c) {
     const detail::Span sp = detail::chunk_of(bytes, chunk, c);
     if (prev >= 0) recvs.wait_front();
     if (next >= 0) {
-      sends.push(ctx.comm.isend(next, t, detail::at(data, sp.offset), sp.length));
+      sends.push(detail::isend(ctx, next, t, detail::at(data, sp.offset), sp.length));
       while (sends.size() > 2 * detail::kPipelineDepth) sends.wait_front();
     }
   }

@@ -11,12 +11,17 @@
 // chosen    when not null, the collective stores there the algorithm it chose (the first
 //           choice: a hierarchical algorithm's phases run on contexts without it), for
 //           the timeline; written by the thread that runs the collective
+// memory    where the buffers are: host, or CUDA device memory (then `device` is the
+//           device's kernels, copies and scratch: device_ops.h; messages go as
+//           Comm::isend_device); algorithms reach both through detail.h's helpers
 #pragma once
 
 #include <cstdint>
 
+#include "collectives/device_ops.h"
 #include "collectives/settings.h"
 #include "tdist/deadline.h"
+#include "tdist/device.h"
 #include "transport/comm.h"
 
 namespace tdist::coll {
@@ -27,6 +32,8 @@ struct Ctx {
   Deadline deadline;
   CollectiveSettings settings = CollectiveSettings::process_default();
   Algorithm* chosen = nullptr;
+  MemoryKind memory = MemoryKind::kHost;
+  DeviceOps* device = nullptr;
 };
 
 }  // namespace tdist::coll

@@ -138,17 +138,40 @@ class RequestQueue {
 class Scratch {
  public:
   explicit Scratch(size_t bytes);
+  // In the Ctx's memory: device scratch from ctx.device when the buffers are on a device.
+  Scratch(const Ctx& ctx, size_t bytes);
   ~Scratch();
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
-  uint8_t* data() { return data_.get(); }
+  uint8_t* data() { return device_data_ != nullptr ? device_data_ : data_.get(); }
   size_t bytes() const { return bytes_; }
 
  private:
+  void init_host();
+
   std::unique_ptr<uint8_t[]> data_;
   size_t bytes_;
   size_t capacity_ = 0;
+  DeviceOps* device_ = nullptr;
+  uint8_t* device_data_ = nullptr;
 };
+
+// The algorithms' access to buffers in the Ctx's memory (context.h): messages, the
+// reduction kernels (core/reduce_kernels.h on the host, ctx.device's on a device), copies.
+inline transport::RequestPtr isend(const Ctx& ctx, int peer, uint64_t t, const void* data,
+                                   size_t bytes) {
+  return ctx.comm.isend_on(ctx.memory, peer, t, data, bytes);
+}
+inline transport::RequestPtr irecv(const Ctx& ctx, int peer, uint64_t t, void* data, size_t bytes) {
+  return ctx.comm.irecv_on(ctx.memory, peer, t, data, bytes);
+}
+void reduce_into(const Ctx& ctx, void* dst, const void* src, size_t count, DType dtype,
+                 ReduceOp op);
+void reduce(const Ctx& ctx, void* dst, const void* a, const void* b, size_t count, DType dtype,
+            ReduceOp op);
+void premultiply(const Ctx& ctx, void* data, size_t count, DType dtype, ReduceOp op);
+void finish(const Ctx& ctx, void* data, size_t count, DType dtype, ReduceOp op, int world_size);
+void copy(const Ctx& ctx, void* dst, const void* src, size_t bytes);
 
 // Peak bytes of Scratch alive at once on this thread since the last reset (tests).
 size_t scratch_peak_bytes();
@@ -164,7 +187,8 @@ void exchange_reduce(const Ctx& ctx, int peer, uint32_t step, const void* send, 
 
 // Copies `count` elements from `send` to `recv` (unless they are the same) and applies
 // premul_sum's scale to the copy: a rank's own contribution, ready to be reduced.
-void prepare_local(const void* send, void* recv, size_t count, DType dtype, ReduceOp op);
+void prepare_local(const Ctx& ctx, const void* send, void* recv, size_t count, DType dtype,
+                   ReduceOp op);
 
 // Throws InvalidArgument unless 0 <= root < size.
 void check_root(const Ctx& ctx, const char* op, int root);

@@ -17,12 +17,12 @@ void gather(const Ctx& ctx, const void* send, void* recv, size_t bytes, int root
   detail::RequestQueue q(ctx);
   if (r == root) {
     for (int i = 0; i < n; ++i) {
-      if (i != r) q.push(ctx.comm.irecv(i, t, detail::at(recv, i * bytes), bytes));
+      if (i != r) q.push(detail::irecv(ctx, i, t, detail::at(recv, i * bytes), bytes));
     }
     uint8_t* own = detail::at(recv, r * bytes);
     if (own != send) std::memmove(own, send, bytes);
   } else {
-    q.push(ctx.comm.isend(root, t, send, bytes));
+    q.push(detail::isend(ctx, root, t, send, bytes));
   }
   q.wait_all();
 }
@@ -38,12 +38,12 @@ void scatter(const Ctx& ctx, const void* send, void* recv, size_t bytes, int roo
   if (r == root) {
     for (int k = 1; k < n; ++k) {  // start with the next rank, spreading the load
       const int i = detail::mod(r + k, n);
-      q.push(ctx.comm.isend(i, t, detail::at(send, i * bytes), bytes));
+      q.push(detail::isend(ctx, i, t, detail::at(send, i * bytes), bytes));
     }
     const uint8_t* own = detail::at(send, r * bytes);
     if (own != recv) std::memmove(recv, own, bytes);
   } else {
-    q.push(ctx.comm.irecv(root, t, recv, bytes));
+    q.push(detail::irecv(ctx, root, t, recv, bytes));
   }
   q.wait_all();
 }

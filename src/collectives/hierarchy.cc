@@ -41,10 +41,23 @@ transport::RequestPtr SubComm::irecv(int peer, uint64_t tag, void* data, size_t 
   return parent_.irecv(parent_rank(peer), parent_tag(tag), data, bytes);
 }
 
+bool SubComm::carries_device(int peer) const {
+  return peer >= 0 && peer < size() && parent_.carries_device(parent_rank(peer));
+}
+
+transport::RequestPtr SubComm::isend_device(int peer, uint64_t tag, const void* data,
+                                            size_t bytes) {
+  return parent_.isend_device(parent_rank(peer), parent_tag(tag), data, bytes);
+}
+
+transport::RequestPtr SubComm::irecv_device(int peer, uint64_t tag, void* data, size_t bytes) {
+  return parent_.irecv_device(parent_rank(peer), parent_tag(tag), data, bytes);
+}
+
 Ctx phase_ctx(const Ctx& ctx, SubComm& view) {
   CollectiveSettings settings;
   settings.chunk_bytes = ctx.settings.chunk_bytes;
-  return Ctx{view, ctx.seq, ctx.deadline, settings};
+  return Ctx{view, ctx.seq, ctx.deadline, settings, nullptr, ctx.memory, ctx.device};
 }
 
 Hosts Hosts::of(const transport::Comm& comm) {

@@ -41,6 +41,10 @@ class SubComm final : public transport::Comm {
   int size() const override { return static_cast<int>(ranks_.size()); }
   transport::RequestPtr isend(int peer, uint64_t tag, const void* data, size_t bytes) override;
   transport::RequestPtr irecv(int peer, uint64_t tag, void* data, size_t bytes) override;
+  bool carries_device(int peer) const override;
+  transport::RequestPtr isend_device(int peer, uint64_t tag, const void* data,
+                                     size_t bytes) override;
+  transport::RequestPtr irecv_device(int peer, uint64_t tag, void* data, size_t bytes) override;
   void abort(std::exception_ptr reason) override { parent_.abort(std::move(reason)); }
   std::exception_ptr error() const override { return parent_.error(); }
 

@@ -36,10 +36,10 @@ void binomial(const Ctx& ctx, const Args& a) {
   std::optional<detail::Scratch> own;
   void* acc = a.recv;
   if (vr != 0) {
-    own.emplace(a.count * es);
+    own.emplace(ctx, a.count * es);
     acc = own->data();
   }
-  detail::prepare_local(a.send, acc, a.count, a.dtype, a.op);
+  detail::prepare_local(ctx, a.send, acc, a.count, a.dtype, a.op);
   for (int mask = 1; mask < n; mask <<= 1) {
     if ((vr & mask) != 0) {
       detail::exchange_reduce(ctx, mod(vr - mask + a.root, n), 0, acc, a.count, nullptr, 0, a.dtype,
@@ -51,7 +51,7 @@ void binomial(const Ctx& ctx, const Args& a) {
                               a.op);
     }
   }
-  core::finish(acc, a.count, a.dtype, a.op, n);
+  detail::finish(ctx, acc, a.count, a.dtype, a.op, n);
 }
 
 // Chunk c flows from vr n-1 down to the root; every rank receives the partial chunk from
@@ -70,8 +70,8 @@ void chain(const Ctx& ctx, const Args& a) {
   const bool premul = a.op.kind == ReduceOpKind::kPremulSum;
   const uint64_t t = detail::tag(ctx, 0);
   const size_t depth = detail::kPipelineDepth;
-  detail::Scratch in(from >= 0 ? depth * slot : 0);
-  detail::Scratch out(to >= 0 && (from >= 0 || premul) ? depth * slot : 0);
+  detail::Scratch in(ctx, from >= 0 ? depth * slot : 0);
+  detail::Scratch out(ctx, to >= 0 && (from >= 0 || premul) ? depth * slot : 0);
   RequestQueue sends(ctx);
   RequestQueue recvs(ctx);
   size_t posted = 0;
@@ -84,26 +84,27 @@ void chain(const Ctx& ctx, const Args& a) {
     if (from >= 0) {
       for (; posted < std::min(nch, c + depth); ++posted) {
         const Span ps = detail::chunk_of(a.count, ce, posted);
-        recvs.push(ctx.comm.irecv(from, t, in.data() + (posted % depth) * slot, ps.length * es));
+        recvs.push(
+            detail::irecv(ctx, from, t, in.data() + (posted % depth) * slot, ps.length * es));
       }
       recvs.wait_front();
       const uint8_t* got = in.data() + (c % depth) * slot;
       if (premul) {
-        if (dst != mine) std::memcpy(dst, mine, sp.length * es);
-        core::premultiply(dst, sp.length, a.dtype, a.op);
-        core::reduce_into(dst, got, sp.length, a.dtype, a.op);
+        if (dst != mine) detail::copy(ctx, dst, mine, sp.length * es);
+        detail::premultiply(ctx, dst, sp.length, a.dtype, a.op);
+        detail::reduce_into(ctx, dst, got, sp.length, a.dtype, a.op);
       } else {
-        core::reduce(dst, mine, got, sp.length, a.dtype, a.op);
+        detail::reduce(ctx, dst, mine, got, sp.length, a.dtype, a.op);
       }
       result = dst;
     } else if (premul || to < 0) {
-      detail::prepare_local(mine, dst, sp.length, a.dtype, a.op);
+      detail::prepare_local(ctx, mine, dst, sp.length, a.dtype, a.op);
       result = dst;
     }
     if (to >= 0) {
-      sends.push(ctx.comm.isend(to, t, result, sp.length * es), c);
+      sends.push(detail::isend(ctx, to, t, result, sp.length * es), c);
     } else {
-      core::finish(dst, sp.length, a.dtype, a.op, n);
+      detail::finish(ctx, dst, sp.length, a.dtype, a.op, n);
     }
   }
   sends.wait_all();
@@ -120,7 +121,7 @@ void hierarchical(const Ctx& ctx, const Args& a) {
   std::optional<detail::Scratch> own;
   void* acc = a.recv;
   if (is_rep && r != a.root) {
-    own.emplace(a.count * dtype_size(a.dtype));
+    own.emplace(ctx, a.count * dtype_size(a.dtype));
     acc = own->data();
   }
   detail::SubComm intra(ctx.comm, hosts.mine(), 1);
@@ -130,7 +131,7 @@ void hierarchical(const Ctx& ctx, const Args& a) {
   detail::SubComm inter(ctx.comm, reps, 2);
   reduce(detail::phase_ctx(ctx, inter), acc, r == a.root ? acc : nullptr, a.count, a.dtype,
          detail::later_phase_op(a.op), hosts.host_of(a.root));
-  if (r == a.root) core::finish(a.recv, a.count, a.dtype, a.op, ctx.comm.size());
+  if (r == a.root) detail::finish(ctx, a.recv, a.count, a.dtype, a.op, ctx.comm.size());
 }
 
 }  // namespace
@@ -147,8 +148,8 @@ void reduce(const Ctx& ctx, const void* send, void* recv, size_t count, DType dt
   if (count == 0) return;
   const Args a{send, recv, count, dtype, op, root};
   if (n == 1) {
-    detail::prepare_local(send, recv, count, dtype, op);
-    core::finish(recv, count, dtype, op, 1);
+    detail::prepare_local(ctx, send, recv, count, dtype, op);
+    detail::finish(ctx, recv, count, dtype, op, 1);
   } else if (chosen == Algorithm::kHierarchical) {
     hierarchical(ctx, a);
   } else if (chosen == Algorithm::kChain) {

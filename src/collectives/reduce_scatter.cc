@@ -46,8 +46,8 @@ void ring(const Ctx& ctx, const void* send, void* recv, const detail::Blocks& bl
     return detail::chunk_of(blocks.length(mod(r - static_cast<int64_t>(s) - 1, n)), ce, c);
   };
   auto msg_tag = [&](size_t s) { return detail::tag(ctx, static_cast<uint32_t>(s)); };
-  detail::Scratch in(depth * slot);
-  detail::Scratch out(depth * slot);
+  detail::Scratch in(ctx, depth * slot);
+  detail::Scratch out(ctx, depth * slot);
   size_t outs = 0;  // output slots used so far; slot k is out[k % depth], its send has key k
   RequestQueue sends(ctx);
   RequestQueue recvs(ctx);
@@ -66,16 +66,16 @@ void ring(const Ctx& ctx, const void* send, void* recv, const detail::Blocks& bl
       size_t key = outs;
       if (premul) {
         uint8_t* o = next_out();
-        detail::prepare_local(mine, o, sp.length, dtype, op);
+        detail::prepare_local(ctx, mine, o, sp.length, dtype, op);
         mine = o;
         key = outs++;
       }
-      sends.push(ctx.comm.isend(next, msg_tag(0), mine, sp.length * es), key);
+      sends.push(detail::isend(ctx, next, msg_tag(0), mine, sp.length * es), key);
     }
     for (; posted < std::min(units, u + depth); ++posted) {
       const Span ps = span_of(posted / nch + 1, posted % nch);  // block r-s-2
-      recvs.push(ctx.comm.irecv(prev, msg_tag(posted / nch), in.data() + (posted % depth) * slot,
-                                ps.length * es));
+      recvs.push(detail::irecv(ctx, prev, msg_tag(posted / nch),
+                               in.data() + (posted % depth) * slot, ps.length * es));
     }
     recvs.wait_front();
     const Span sp = span_of(s + 1, c);  // block r-s-2
@@ -84,16 +84,16 @@ void ring(const Ctx& ctx, const void* send, void* recv, const detail::Blocks& bl
     const bool last = s + 1 == steps;
     uint8_t* dst = last ? detail::at(recv, sp.offset * es) : next_out();
     if (premul) {
-      if (dst != mine) std::memcpy(dst, mine, sp.length * es);
-      core::premultiply(dst, sp.length, dtype, op);
-      core::reduce_into(dst, got, sp.length, dtype, op);
+      if (dst != mine) detail::copy(ctx, dst, mine, sp.length * es);
+      detail::premultiply(ctx, dst, sp.length, dtype, op);
+      detail::reduce_into(ctx, dst, got, sp.length, dtype, op);
     } else {
-      core::reduce(dst, mine, got, sp.length, dtype, op);
+      detail::reduce(ctx, dst, mine, got, sp.length, dtype, op);
     }
     if (last) {
-      core::finish(dst, sp.length, dtype, op, n);
+      detail::finish(ctx, dst, sp.length, dtype, op, n);
     } else {
-      sends.push(ctx.comm.isend(next, msg_tag(s + 1), dst, sp.length * es), outs++);
+      sends.push(detail::isend(ctx, next, msg_tag(s + 1), dst, sp.length * es), outs++);
     }
   }
   sends.wait_all();
@@ -104,8 +104,8 @@ void flat(const Ctx& ctx, const void* send, void* recv, const detail::Blocks& bl
           ReduceOp op) {
   const int n = ctx.comm.size();
   if (n == 1) {
-    detail::prepare_local(send, recv, blocks.count, dtype, op);
-    core::finish(recv, blocks.count, dtype, op, 1);
+    detail::prepare_local(ctx, send, recv, blocks.count, dtype, op);
+    detail::finish(ctx, recv, blocks.count, dtype, op, 1);
     return;
   }
   ring(ctx, send, recv, blocks, dtype, op);
@@ -128,14 +128,14 @@ void hierarchical(const Ctx& ctx, const void* send, void* recv, size_t count, DT
   const size_t block = count * dtype_size(dtype);
   const size_t total = static_cast<size_t>(n) * count;
   const bool leader = hosts.local == 0;
-  detail::Scratch all(hosts.uniform || leader ? static_cast<size_t>(n) * block : 0);
+  detail::Scratch all(ctx, hosts.uniform || leader ? static_cast<size_t>(n) * block : 0);
   if (hosts.uniform) {
     const int local_size = static_cast<int>(hosts.mine().size());
     const size_t column_count = count * static_cast<size_t>(num_hosts);
     uint8_t* dst = all.data();
     for (int i = 0; i < local_size; ++i) {
       for (int rank : hosts.column(i)) {
-        std::memcpy(dst, detail::at(send, static_cast<size_t>(rank) * block), block);
+        detail::copy(ctx, dst, detail::at(send, static_cast<size_t>(rank) * block), block);
         dst += block;
       }
     }
@@ -165,7 +165,7 @@ void hierarchical(const Ctx& ctx, const void* send, void* recv, size_t count, DT
     detail::SubComm release(ctx.comm, hosts.mine(), 3);
     scatter(detail::phase_ctx(ctx, release), leader ? all.data() : nullptr, recv, block, 0);
   }
-  core::finish(recv, count, dtype, op, n);
+  detail::finish(ctx, recv, count, dtype, op, n);
 }
 
 }  // namespace

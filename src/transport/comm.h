@@ -36,6 +36,13 @@
 // (a later message with its tag goes to a later receive); a send is still delivered in
 // full (the transport copies what it still needs from the buffer first).
 //
+// Memory kinds (tdist/device.h): isend/irecv take host memory. isend_device/irecv_device
+// take CUDA device memory of the Comm's device, where carries_device(peer) (a cuda_ipc
+// channel); their payload goes by descriptor, never through host memory (core/wire.h). A
+// device send matches only a device receive (else DesyncError). Device sends complete once
+// the receiver copied the payload (the rendezvous rule for every size), ordered after the
+// device work the channel was told about (cuda_ipc: the group's stream). isend_on/irecv_on
+// pick one by kind. Comms without device channels refuse device memory (InvalidArgument).
 // Progress: bytes move while some thread waits on (or tests) a Request of the Comm; a
 // thread waiting on any request also moves every other pending request of the Comm.
 //
@@ -54,6 +61,7 @@
 
 #include "core/op_fingerprint.h"
 #include "tdist/deadline.h"
+#include "tdist/device.h"
 #include "transport/topology.h"
 
 namespace tdist::transport {
@@ -88,6 +96,19 @@ class Comm {
 
   virtual RequestPtr isend(int peer, uint64_t tag, const void* data, size_t bytes) = 0;
   virtual RequestPtr irecv(int peer, uint64_t tag, void* data, size_t bytes) = 0;
+
+  // Device memory (see above). The defaults: no peer is reached by a device channel.
+  virtual bool carries_device(int /*peer*/) const { return false; }
+  virtual RequestPtr isend_device(int peer, uint64_t tag, const void* data, size_t bytes);
+  virtual RequestPtr irecv_device(int peer, uint64_t tag, void* data, size_t bytes);
+  RequestPtr isend_on(MemoryKind kind, int peer, uint64_t tag, const void* data, size_t bytes) {
+    return kind == MemoryKind::kHost ? isend(peer, tag, data, bytes)
+                                     : isend_device(peer, tag, data, bytes);
+  }
+  RequestPtr irecv_on(MemoryKind kind, int peer, uint64_t tag, void* data, size_t bytes) {
+    return kind == MemoryKind::kHost ? irecv(peer, tag, data, bytes)
+                                     : irecv_device(peer, tag, data, bytes);
+  }
 
   // Checks (comm.h's "Fingerprints"): collective `seq`, described by `fp`, runs from now
   // until the next call. Throws DesyncError when a peer already sent this rank a message of

@@ -91,12 +91,15 @@ inline bool bitwise(ReduceOp op) {
 
 inline constexpr size_t kCounts[] = {1, 3, 1023, 4099};
 
-inline void check_reductions(ProcessGroup& pg, DType t, size_t n, uint64_t& seed, Report& rep) {
+// `bitwise_ops`: the group reduces with band/bor/bxor (cuda_ipc); else it must refuse them
+// (NCCL lacks them).
+inline void check_reductions(ProcessGroup& pg, DType t, size_t n, uint64_t& seed, Report& rep,
+                             bool bitwise_ops = false) {
   const int r = pg.rank();
   const int w = pg.size();
   const size_t es = dtype_size(t);
   for (ReduceOp op : ops_for(t)) {
-    if (bitwise(op)) {
+    if (bitwise(op) && !bitwise_ops) {
       DeviceBuffer buf(n * es);
       bool refused = false;
       try {
@@ -301,7 +304,8 @@ inline void check_subgroups(ProcessGroup& pg, uint64_t& seed, Report& rep) {
   std::shared_ptr<ProcessGroup> sub = pg.new_group(evens);
   std::shared_ptr<ProcessGroup> half = pg.split(pg.rank() % 2, pg.rank());
   rep.expect((sub != nullptr) == (pg.rank() % 2 == 0), "new_group membership");
-  rep.expect(half != nullptr && half->backend_name() == "nccl", "split gives an nccl group");
+  rep.expect(half != nullptr && half->backend_name() == pg.backend_name(),
+             "split gives a group of the same backend");
   for (ProcessGroup* g : {sub.get(), half.get()}) {
     if (g == nullptr) continue;
     ++seed;
@@ -316,12 +320,12 @@ inline void check_subgroups(ProcessGroup& pg, uint64_t& seed, Report& rep) {
 }
 
 // Every check on `pg` (the same calls in the same order on every rank).
-inline Report check_all(ProcessGroup& pg) {
+inline Report check_all(ProcessGroup& pg, bool bitwise_ops = false) {
   Report rep;
   uint64_t seed = 1000;
   for (DType t : kAllDTypes) {
     for (size_t n : kCounts) {
-      check_reductions(pg, t, n, seed, rep);
+      check_reductions(pg, t, n, seed, rep, bitwise_ops);
       check_data_movement(pg, t, n, seed, rep);
     }
     // A count of 0 completes.

@@ -95,13 +95,14 @@ std::string buffer_problem(cudaMemoryType type, int device, int group_device) {
   return "host memory (not known to CUDA), not device memory";
 }
 
-int visible_devices() {
+int visible_devices(const char* backend) {
   int count = 0;
   const cudaError_t rc = cudaGetDeviceCount(&count);
-  TDIST_CHECK(rc == cudaSuccess, Error, "nccl: no CUDA device is visible: ", cudaGetErrorString(rc),
-              " (", cudaGetErrorName(rc), " from cudaGetDeviceCount)");
-  TDIST_CHECK(count > 0, Error,
-              "nccl: no CUDA device is visible: cudaGetDeviceCount found 0 devices "
+  TDIST_CHECK(rc == cudaSuccess, Error, backend,
+              ": no CUDA device is visible: ", cudaGetErrorString(rc), " (", cudaGetErrorName(rc),
+              " from cudaGetDeviceCount)");
+  TDIST_CHECK(count > 0, Error, backend,
+              ": no CUDA device is visible: cudaGetDeviceCount found 0 devices "
               "(CUDA_VISIBLE_DEVICES=",
               env_string("CUDA_VISIBLE_DEVICES"), ")");
   return count;

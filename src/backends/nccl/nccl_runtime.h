@@ -41,9 +41,9 @@ int choose_device(int device_count);
 // group's device, or managed memory. E.g. "host memory (not registered with CUDA)".
 std::string buffer_problem(cudaMemoryType type, int device, int group_device);
 
-// The number of visible CUDA devices; Error "nccl: no CUDA device is visible: <why>" when
-// there is none or the CUDA runtime cannot tell (no driver, no device).
-int visible_devices();
+// The number of visible CUDA devices; Error "<backend>: no CUDA device is visible: <why>"
+// when there is none or the CUDA runtime cannot tell (no driver, no device).
+int visible_devices(const char* backend = "nccl");
 
 // Throws Error "<what>: <CUDA's error string> (<error name>)" unless `rc` is cudaSuccess.
 void check_cuda(cudaError_t rc, const std::string& what);

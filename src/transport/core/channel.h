@@ -17,12 +17,14 @@
 // closed its side (or died). Errors that break the pipe are reported through *lost (a
 // reason without the rank prefix; the core adds "rank R: connection to rank P (...) lost:").
 //
-// Memory kinds (not built yet; the door stays open): a device-memory channel (CUDA IPC)
-// would take buffer descriptors {pointer, bytes, memory kind, device, stream} instead of
-// host iovecs, and complete a write when the stream-ordered copy is done (an event the
-// core polls like a file descriptor). Algorithms would not change: they post isend/irecv
-// on the Comm with a descriptor, and the core hands the descriptor to the peer's channel
-// when its kind can carry that memory, or stages through host memory otherwise.
+// Memory kinds: a channel that carries device memory (cuda_ipc) says so (carries_device)
+// and moves device payloads by descriptor (wire.h): the sender's channel describes the
+// buffer (export_device: e.g. an IPC memory handle and an IPC event recorded after the
+// work that produced it), the core sends the descriptor as a rendezvous, the receiver's
+// channel copies device to device (import_device, complete when it returns) and the core
+// answers; the sender's channel then frees what the descriptor held (release_device).
+// Host frames (headers, control, host payloads) still go through write/read. Algorithms do
+// not change: they post isend_device/irecv_device on the Comm (comm.h).
 //
 // Thread-safety: the core serialises each direction (all writes under one lock, all reads
 // under another); the two directions and the sleep calls may run concurrently.
@@ -36,6 +38,7 @@
 #include <string>
 
 #include "tdist/deadline.h"
+#include "transport/core/wire.h"
 
 namespace tdist::transport::core {
 
@@ -79,6 +82,26 @@ class Channel {
   // streamed through the channel.
   virtual bool read_remote(void* /*dest*/, uint64_t /*remote_address*/, size_t /*bytes*/) {
     return false;
+  }
+
+  // Device memory (see above). export_device throws Error when `data` cannot be shared
+  // (not device memory of this channel's device; a CUDA error), before anything is sent.
+  // import_device returns "" once `bytes` are in `dest`, else why not (the Comm aborts).
+  virtual bool carries_device() const { return false; }
+  virtual void export_device(const void* /*data*/, size_t /*bytes*/, DeviceDescriptor* /*out*/) {}
+  virtual std::string import_device(void* /*dest*/, size_t /*bytes*/,
+                                    const DeviceDescriptor& /*descriptor*/) {
+    return "this channel carries no device memory";
+  }
+  virtual void release_device(const DeviceDescriptor& /*descriptor*/) {}
+  // Device memory of the channel's own for a device payload that arrives before its
+  // receive (wire.h: collective messages are taken at once, as eager ones): the core
+  // imports it there, later copies it to the receive (copy_device: "" or why not) and
+  // frees it. allocate_device returns null when it cannot (the Comm aborts).
+  virtual void* allocate_device(size_t /*bytes*/) { return nullptr; }
+  virtual void free_device(void* /*data*/, size_t /*bytes*/) {}
+  virtual std::string copy_device(void* /*dest*/, const void* /*src*/, size_t /*bytes*/) {
+    return "this channel carries no device memory";
   }
 
   // Sleeping (see above). want_write: this rank waits for room to write.

@@ -126,8 +126,34 @@ const char* Engine::channel_kind(int peer) const {
 
 RequestPtr Engine::isend(int peer, uint64_t tag, const void* data, size_t bytes) {
   check_args("isend to", peer, tag, data, bytes);
+  return post_send(peer, tag, data, bytes, false);
+}
+
+RequestPtr Engine::irecv(int peer, uint64_t tag, void* data, size_t bytes) {
+  check_args("irecv from", peer, tag, data, bytes);
+  return post_recv(peer, tag, data, bytes, false);
+}
+
+bool Engine::carries_device(int peer) const {
+  return peer >= 0 && peer < size_ && peers_[peer] && peers_[peer]->carries_device();
+}
+
+RequestPtr Engine::isend_device(int peer, uint64_t tag, const void* data, size_t bytes) {
+  check_args("isend to", peer, tag, data, bytes);
+  if (!carries_device(peer)) return Comm::isend_device(peer, tag, data, bytes);  // throws
+  return post_send(peer, tag, data, bytes, true);
+}
+
+RequestPtr Engine::irecv_device(int peer, uint64_t tag, void* data, size_t bytes) {
+  check_args("irecv from", peer, tag, data, bytes);
+  if (!carries_device(peer)) return Comm::irecv_device(peer, tag, data, bytes);  // throws
+  return post_recv(peer, tag, data, bytes, true);
+}
+
+RequestPtr Engine::post_send(int peer, uint64_t tag, const void* data, size_t bytes, bool device) {
   std::string lost;
-  std::shared_ptr<Op> op = peers_[peer]->post_send(tag, data, bytes, book_.check_for(tag), &lost);
+  std::shared_ptr<Op> op =
+      peers_[peer]->post_send(tag, data, bytes, book_.check_for(tag), &lost, device);
   if (!op) return std::make_unique<CoreRequest>(nullptr, nullptr);  // written whole
   if (!lost.empty()) {
     report(lost);
@@ -137,10 +163,10 @@ RequestPtr Engine::isend(int peer, uint64_t tag, const void* data, size_t bytes)
   return std::make_unique<CoreRequest>(this, std::move(op));
 }
 
-RequestPtr Engine::irecv(int peer, uint64_t tag, void* data, size_t bytes) {
-  check_args("irecv from", peer, tag, data, bytes);
+RequestPtr Engine::post_recv(int peer, uint64_t tag, void* data, size_t bytes, bool device) {
   std::string lost;
-  std::shared_ptr<Op> op = peers_[peer]->post_recv(tag, data, bytes, book_.check_for(tag), &lost);
+  std::shared_ptr<Op> op =
+      peers_[peer]->post_recv(tag, data, bytes, book_.check_for(tag), &lost, device);
   if (!lost.empty()) report(lost);
   return std::make_unique<CoreRequest>(this, std::move(op));
 }
@@ -169,7 +195,10 @@ std::exception_ptr Engine::error() const {
   return error_;
 }
 
-void Engine::cancel(Op& op) { peers_[op.peer]->cancel(op); }
+void Engine::cancel(Op& op) {
+  const std::string lost = peers_[op.peer]->cancel(op);
+  if (!lost.empty()) report(lost);
+}
 
 bool Engine::wait_for(const Op& op, Deadline deadline) {
   while (!op.done()) {

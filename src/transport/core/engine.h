@@ -58,6 +58,9 @@ class Engine final : public Comm {
   int size() const override { return size_; }
   RequestPtr isend(int peer, uint64_t tag, const void* data, size_t bytes) override;
   RequestPtr irecv(int peer, uint64_t tag, void* data, size_t bytes) override;
+  bool carries_device(int peer) const override;
+  RequestPtr isend_device(int peer, uint64_t tag, const void* data, size_t bytes) override;
+  RequestPtr irecv_device(int peer, uint64_t tag, void* data, size_t bytes) override;
   void begin_collective(uint64_t seq, const tdist::core::OpFingerprint& fp) override;
   void abort(std::exception_ptr reason) override;
   std::exception_ptr error() const override;
@@ -75,6 +78,8 @@ class Engine final : public Comm {
   class DriverLease;
 
   void check_args(const char* what, int peer, uint64_t tag, const void* data, size_t bytes) const;
+  RequestPtr post_send(int peer, uint64_t tag, const void* data, size_t bytes, bool device);
+  RequestPtr post_recv(int peer, uint64_t tag, void* data, size_t bytes, bool device);
   // The driver's loop: progress, else sleep, until done() or the deadline (false then).
   template <typename Done>
   bool drive(Done done, Deadline deadline);

@@ -68,9 +68,12 @@ class Op {
   // What precedes the payload on the wire (header_bytes of `header`: the header, then a
   // rendezvous descriptor or id; a receive keeps only its tag, size and check there),
   // whether the payload follows, the bytes of both written so far, the lane.
-  uint64_t header[kHeaderWords + sizeof(RvDescriptor) / sizeof(uint64_t)];
+  // A device send's DeviceDescriptor follows the RvDescriptor (wire.h).
+  uint64_t
+      header[kHeaderWords + (sizeof(RvDescriptor) + sizeof(DeviceDescriptor)) / sizeof(uint64_t)];
   size_t header_bytes = kHeaderBytes;
   Phase phase = Phase::kEager;
+  bool device = false;  // the buffer is device memory (comm.h's isend_device/irecv_device)
   size_t sent = 0;
   size_t lane = 0;
   std::unique_ptr<uint8_t[]> owned;
@@ -79,6 +82,10 @@ class Op {
   uint64_t rv_id = 0;
   std::atomic<uint64_t> rv_token{0};
 
+  const DeviceDescriptor& device_descriptor() const {
+    return *reinterpret_cast<const DeviceDescriptor*>(
+        &header[kHeaderWords + sizeof(RvDescriptor) / sizeof(uint64_t)]);
+  }
   tdist::core::OpFingerprint::Words check() const { return {header[2], header[3]}; }
   bool payload_follows() const { return phase == Phase::kEager || phase == Phase::kRvData; }
   size_t wire_bytes() const { return header_bytes + (payload_follows() ? bytes : 0); }

@@ -95,20 +95,24 @@ class Peer {
 
   int rank() const { return rank_; }
   const char* kind() const { return lanes_.front().channel->kind(); }
+  bool carries_device() const { return lanes_.front().channel->carries_device(); }
   size_t lane_count() const { return lanes_.size(); }
 
   // Null: the send went out whole and is complete.
   // `check`: the fingerprint the message carries, or the one the receive expects.
+  // `device`: the buffer is device memory (wire.h; only where carries_device()); a device
+  // send throws what Channel::export_device throws, before anything is sent.
   std::shared_ptr<Op> post_send(uint64_t tag, const void* data, size_t bytes, Check check,
-                                std::string* lost);
+                                std::string* lost, bool device = false);
   std::shared_ptr<Op> post_recv(uint64_t tag, void* data, size_t bytes, Check check,
-                                std::string* lost);
+                                std::string* lost, bool device = false);
   // The desync report (kDesyncMark) for a checked message from this peer that waits
   // unexpected although its collective is finished here, or whose fingerprint differs from
   // the running collective's (collective_book.h); "" if none.
   std::string find_desync();
-  // Withdraws a pending Op whose Request is being destroyed (op.h).
-  void cancel(Op& op);
+  // Withdraws a pending Op whose Request is being destroyed (op.h). A device send cannot
+  // outlive its buffer: its cancel returns the lost message that aborts the Comm.
+  std::string cancel(Op& op);
   bool sends_queued() const { return queued_.load(std::memory_order_acquire) > 0; }
   // Rendezvous sends waiting for the peer to take their payload.
   bool rendezvous_pending() const { return rv_pending_.load(std::memory_order_acquire) > 0; }
@@ -155,8 +159,12 @@ class Peer {
     bool complete = false;  // else it is lanes_[lane].incoming (incoming.got bytes arrived)
     size_t lane = 0;
     bool rendezvous = false;
-    RvDescriptor rv;     // a rendezvous's, once complete
-    bool asked = false;  // kRvReadyTag went for it: its payload is on the way
+    RvDescriptor rv;      // a rendezvous's, once complete
+    bool asked = false;   // kRvReadyTag went for it: its payload is on the way
+    bool device = false;  // a device rendezvous (wire.h); its descriptor once complete:
+    std::unique_ptr<DeviceDescriptor> device_descriptor;
+    // A device payload imported before its receive, in the channel's memory (freed with it).
+    std::shared_ptr<void> device_data;
   };
   // A rendezvous frame to send (replies_: kRvReadyTag/kRvDoneTag on `lane`) or received
   // (rv_events_).
@@ -178,8 +186,9 @@ class Peer {
     uint8_t* dest = nullptr;  // null: the payload is dropped
     std::shared_ptr<Op> op;   // the matched receive, if any
     Unexpected* unexpected = nullptr;
-    std::string control;       // payload of an abort notice
-    uint64_t words[5] = {};    // see above
+    std::string control;  // payload of an abort notice
+    bool device = false;  // a device rendezvous: its DeviceDescriptor follows in `words`
+    uint64_t words[(sizeof(RvDescriptor) + sizeof(DeviceDescriptor)) / sizeof(uint64_t)] = {};
     size_t message_bytes = 0;  // a rendezvous's payload bytes
   };
   // Its fields are not TDIST_GUARDED_BY: a Lane cannot name its Peer's mutexes. The
@@ -219,15 +228,21 @@ class Peer {
   // answer: kRvDoneTag when that worked, else kRvReadyTag (the payload is then streamed).
   bool copy_out_locked(size_t lane, void* dest, size_t bytes, const RvDescriptor& rv)
       TDIST_REQUIRES(recv_mu_);
-  // A matched rendezvous: copies it out of the peer's memory, or asks for the payload.
-  void fetch_locked(size_t lane, const std::shared_ptr<Op>& op, const RvDescriptor& rv,
-                    Progress* progress) TDIST_REQUIRES(recv_mu_);
+  // A matched rendezvous: copies it out of the peer's memory, or asks for the payload. A
+  // device one (`device` not null) is copied by the channel; "" or the lost message.
+  std::string fetch_locked(size_t lane, const std::shared_ptr<Op>& op, const RvDescriptor& rv,
+                           const DeviceDescriptor* device, Progress* progress)
+      TDIST_REQUIRES(recv_mu_);
   // A single-copy message with no receive yet: copies it into a buffer of its own (then
   // it is an ordinary unexpected message), or asks for the payload.
   std::string pull_unexpected_locked(size_t lane, Unexpected& u) TDIST_REQUIRES(recv_mu_);
+  // The same for a device message: imported into device memory of the channel's own.
+  std::string pull_unexpected_device_locked(size_t lane, Unexpected& u) TDIST_REQUIRES(recv_mu_);
   // Moves replies_ and rv_events_ to the send side (takes recv_mu_, then send_mu_).
   Progress exchange_rendezvous(std::string* lost) TDIST_EXCLUDES(send_mu_, recv_mu_);
   std::exception_ptr desync(uint64_t tag, size_t expected, size_t actual) const;
+  // The DesyncError of a receive whose memory kind (host, device) differs from its message's.
+  std::exception_ptr kind_mismatch(uint64_t tag, bool receive_on_device) const;
   // The DesyncError of a receive whose fingerprint differs from its message's, and its text.
   std::exception_ptr mismatch(uint64_t tag, Check mine, Check theirs) const;
   std::string mismatch_text(uint64_t tag, Check mine, Check theirs) const;
@@ -243,7 +258,8 @@ class Peer {
   Progress progress_streams(std::string* lost) TDIST_EXCLUDES(send_mu_, recv_mu_);
 
   // --- send side (peer_send.cc); need send_mu_ held.
-  void make_rendezvous_locked(Op& op, uint64_t flags) TDIST_REQUIRES(send_mu_);
+  void make_rendezvous_locked(Op& op, uint64_t flags, const DeviceDescriptor* device = nullptr)
+      TDIST_REQUIRES(send_mu_);
   Progress flush_locked(std::string* lost) TDIST_REQUIRES(send_mu_);
   Progress flush_lane_locked(size_t lane, std::string* lost) TDIST_REQUIRES(send_mu_);
   // Writes a control frame whole (abort: best effort, goodbye: waits up to `deadline`).

@@ -23,8 +23,9 @@ std::string out_of_order(uint64_t seq, size_t nlanes) {
 }  // namespace
 
 std::shared_ptr<Op> Peer::post_recv(uint64_t tag, void* data, size_t bytes, Check check,
-                                    std::string* lost_message) {
+                                    std::string* lost_message, bool device) {
   auto op = make_op(rank_, false, tag, data, bytes, check);
+  op->device = device && bytes > 0;
   {
     MutexLock lock(recv_mu_);
     if (recv_error_) {
@@ -53,8 +54,10 @@ void Peer::match_posted_locked(const std::shared_ptr<Op>& op, std::string* lost_
   }
   Incoming* incoming = it->complete ? nullptr : &lanes_[it->lane].incoming;
   const bool agree = tdist::core::fingerprints_agree(op->check(), it->check);
-  if (!agree || it->bytes != bytes) {
-    op->complete(agree ? desync(tag, bytes, it->bytes) : mismatch(tag, op->check(), it->check));
+  if (!agree || it->bytes != bytes || it->device != op->device) {
+    op->complete(!agree               ? mismatch(tag, op->check(), it->check)
+                 : it->bytes != bytes ? desync(tag, bytes, it->bytes)
+                                      : kind_mismatch(tag, op->device));
     if (it->rendezvous && it->complete && !it->asked) {
       replies_.push_back({kRvDoneTag, it->rv.id, it->lane});  // let the send complete
       rv_exchange_.store(true, std::memory_order_release);
@@ -67,10 +70,18 @@ void Peer::match_posted_locked(const std::shared_ptr<Op>& op, std::string* lost_
       rv_recvs_[it->rv.id] = op;
     } else if (incoming == nullptr) {
       Progress ignored;
-      fetch_locked(it->lane, op, it->rv, &ignored);
+      *lost_message = fetch_locked(it->lane, op, it->rv, it->device_descriptor.get(), &ignored);
     } else {  // its descriptor is still arriving
       incoming->op = op;
       incoming->unexpected = nullptr;
+    }
+  } else if (it->device_data) {  // a device payload imported before its receive
+    const std::string why =
+        lanes_[it->lane].channel->copy_device(op->data, it->device_data.get(), bytes);
+    if (why.empty()) {
+      op->complete(nullptr);
+    } else {
+      *lost_message = lost(why);
     }
   } else if (incoming == nullptr) {
     if (bytes > 0) std::memcpy(op->data, it->data.get(), bytes);
@@ -126,6 +137,14 @@ std::string Peer::stale(uint64_t tag, Check theirs) const {
                          "'s operation finished without receiving)");
 }
 
+std::exception_ptr Peer::kind_mismatch(uint64_t tag, bool receive_on_device) const {
+  return std::make_exception_ptr(DesyncError(detail::str_cat(
+      "rank ", self_rank_, ": message from rank ", rank_, " with tag 0x", std::hex, tag, std::dec,
+      " is in ", receive_on_device ? "host" : "device",
+      " memory, but the receive posted for it is in ", receive_on_device ? "device" : "host",
+      " memory (ranks disagree on where the buffers are)")));
+}
+
 std::exception_ptr Peer::desync(uint64_t tag, size_t expected, size_t actual) const {
   return std::make_exception_ptr(DesyncError(detail::str_cat(
       "rank ", self_rank_, ": message from rank ", rank_, " with tag 0x", std::hex, tag, std::dec,
@@ -158,7 +177,7 @@ bool Peer::read_direct_locked(Lane& lane, Progress* progress) {
   }
   auto it = std::find_if(posted_.begin(), posted_.end(),
                          [&](const std::shared_ptr<Op>& op) { return op->tag == header.tag; });
-  if (it == posted_.end() || (*it)->bytes != header.bytes ||
+  if (it == posted_.end() || (*it)->bytes != header.bytes || (*it)->device ||
       !tdist::core::fingerprints_agree((*it)->check(), {header.check[0], header.check[1]})) {
     return false;  // the path below reports it
   }
@@ -305,7 +324,8 @@ std::string Peer::start_message_locked(size_t lane_index, const WireHeader& head
   }
   const bool control = is_control_tag(tag);
   const bool rendezvous = !control && (wire_bytes & kRendezvousBit) != 0;
-  const uint64_t bytes = rendezvous ? wire_bytes & ~kRendezvousBit : wire_bytes;
+  const bool device = rendezvous && (wire_bytes & kDeviceBit) != 0;
+  const uint64_t bytes = rendezvous ? wire_bytes & ~(kRendezvousBit | kDeviceBit) : wire_bytes;
   const bool bad_control =
       (tag == kAbortTag && bytes > kMaxAbortReasonBytes) ||
       ((tag == kRvReadyTag || tag == kRvDoneTag) && bytes != sizeof(uint64_t)) ||
@@ -322,6 +342,7 @@ std::string Peer::start_message_locked(size_t lane_index, const WireHeader& head
   incoming.bytes = bytes;
   incoming.got = 0;
   incoming.message_bytes = 0;
+  incoming.device = device;
   auto* words = reinterpret_cast<uint8_t*>(incoming.words);
   if (tag == kAbortTag) {
     incoming.control.resize(bytes);
@@ -339,7 +360,7 @@ std::string Peer::start_message_locked(size_t lane_index, const WireHeader& head
     lane.next_seq += nlanes_;
     if (rendezvous) {
       incoming.reading = Reading::kRvRequest;
-      incoming.bytes = sizeof(RvDescriptor);
+      incoming.bytes = sizeof(RvDescriptor) + (device ? sizeof(DeviceDescriptor) : 0);
       incoming.message_bytes = bytes;
       incoming.dest = words;
     }
@@ -349,8 +370,10 @@ std::string Peer::start_message_locked(size_t lane_index, const WireHeader& head
       std::shared_ptr<Op> op = std::move(*it);
       posted_.erase(it);
       const bool agree = tdist::core::fingerprints_agree(op->check(), check);
-      if (!agree || op->bytes != bytes) {  // the payload is dropped
-        op->complete(agree ? desync(tag, op->bytes, bytes) : mismatch(tag, op->check(), check));
+      if (!agree || op->bytes != bytes || op->device != device) {  // the payload is dropped
+        op->complete(!agree               ? mismatch(tag, op->check(), check)
+                     : op->bytes != bytes ? desync(tag, op->bytes, bytes)
+                                          : kind_mismatch(tag, op->device));
         ++progress->completed;
       } else if (rendezvous) {
         incoming.op = std::move(op);
@@ -373,6 +396,7 @@ std::string Peer::start_message_locked(size_t lane_index, const WireHeader& head
         return out_of_memory(bytes);
       }
       incoming.unexpected = &unexpected_.back();
+      incoming.unexpected->device = device;
       if (!rendezvous) incoming.dest = incoming.unexpected->data.get();
       if (check.w0 != 0) {
         // Counted before the book is read (collective_book.h's `early`).
@@ -471,12 +495,26 @@ std::string Peer::finish_rendezvous_locked(size_t lane_index, Incoming& done, Pr
     case Reading::kRvRequest: {
       RvDescriptor rv;
       std::memcpy(&rv, done.words, sizeof(rv));
+      if (done.device != ((rv.flags & kRvDevice) != 0)) {
+        return lost(detail::str_cat("protocol error: rendezvous ", rv.id,
+                                    " disagrees with its header on the memory kind"));
+      }
+      const auto* device =
+          done.device ? reinterpret_cast<const DeviceDescriptor*>(&done.words[sizeof(rv) / 8])
+                      : nullptr;
       if (done.op) {
-        fetch_locked(lane_index, done.op, rv, progress);
+        return fetch_locked(lane_index, done.op, rv, device, progress);
       } else if (done.unexpected != nullptr) {
         done.unexpected->rv = rv;
         done.unexpected->complete = true;
-        if ((rv.flags & kRvPull) != 0) return pull_unexpected_locked(lane_index, *done.unexpected);
+        if (device != nullptr) {
+          done.unexpected->device_descriptor = std::make_unique<DeviceDescriptor>(*device);
+          if ((rv.flags & kRvPull) != 0) {
+            return pull_unexpected_device_locked(lane_index, *done.unexpected);
+          }
+        } else if ((rv.flags & kRvPull) != 0) {
+          return pull_unexpected_locked(lane_index, *done.unexpected);
+        }
       } else {  // desynced, or its receive was withdrawn: let the send complete
         replies_.push_back({kRvDoneTag, rv.id, lane_index});
         rv_exchange_.store(true, std::memory_order_release);
@@ -502,14 +540,24 @@ bool Peer::copy_out_locked(size_t lane_index, void* dest, size_t bytes, const Rv
   return copied;
 }
 
-void Peer::fetch_locked(size_t lane_index, const std::shared_ptr<Op>& op, const RvDescriptor& rv,
-                        Progress* progress) {
-  if (copy_out_locked(lane_index, op->data, op->bytes, rv)) {
+std::string Peer::fetch_locked(size_t lane_index, const std::shared_ptr<Op>& op,
+                               const RvDescriptor& rv, const DeviceDescriptor* device,
+                               Progress* progress) {
+  if (device != nullptr) {
+    // Device to device by the channel, complete when it returns; then the sender may go on.
+    const std::string why = lanes_[lane_index].channel->import_device(op->data, op->bytes, *device);
+    if (!why.empty()) return lost(why);
+    replies_.push_back({kRvDoneTag, rv.id, lane_index});
+    rv_exchange_.store(true, std::memory_order_release);
+    op->complete(nullptr);
+    ++progress->completed;
+  } else if (copy_out_locked(lane_index, op->data, op->bytes, rv)) {
     op->complete(nullptr);
     ++progress->completed;
   } else {
     rv_recvs_[rv.id] = op;
   }
+  return {};
 }
 
 std::string Peer::pull_unexpected_locked(size_t lane_index, Unexpected& u) {
@@ -523,6 +571,24 @@ std::string Peer::pull_unexpected_locked(size_t lane_index, Unexpected& u) {
   } else {
     u.asked = true;
   }
+  return {};
+}
+
+std::string Peer::pull_unexpected_device_locked(size_t lane_index, Unexpected& u) {
+  Channel& channel = *lanes_[lane_index].channel;
+  void* data = channel.allocate_device(u.bytes);
+  if (data == nullptr) {
+    return lost(detail::str_cat("out of device memory buffering a ", u.bytes,
+                                "-byte device message that arrived before its receive"));
+  }
+  const size_t bytes = u.bytes;
+  u.device_data =
+      std::shared_ptr<void>(data, [&channel, bytes](void* p) { channel.free_device(p, bytes); });
+  const std::string why = channel.import_device(data, bytes, *u.device_descriptor);
+  if (!why.empty()) return lost(why);
+  replies_.push_back({kRvDoneTag, u.rv.id, lane_index});
+  rv_exchange_.store(true, std::memory_order_release);
+  u.rendezvous = false;  // now an unexpected message whose payload is here
   return {};
 }
 

@@ -44,7 +44,8 @@ std::string Peer::lost(const std::string& reason) const {
 }
 
 std::shared_ptr<Op> Peer::post_send(uint64_t tag, const void* data, size_t bytes, Check check,
-                                    std::string* lost_message) {
+                                    std::string* lost_message, bool device) {
+  device = device && bytes > 0;  // an empty device message is an ordinary one
   if (peer_gone_.load(std::memory_order_acquire)) {
     *lost_message = lost("it already destroyed its Comm, so this send can never be received");
   }
@@ -54,7 +55,7 @@ std::shared_ptr<Op> Peer::post_send(uint64_t tag, const void* data, size_t bytes
   const size_t single_copy = channel.single_copy_bytes();
   // The short-message path: an eager message that fits the channel now, with nothing
   // queued ahead of it on its lane, is written whole here and needs no Op.
-  if (bytes <= kInlineSendBytes && !send_error_ && lanes_[lane].send_queue.empty() &&
+  if (!device && bytes <= kInlineSendBytes && !send_error_ && lanes_[lane].send_queue.empty() &&
       (single_copy == 0 || bytes < single_copy) && lost_message->empty() &&
       ((tag & kP2PTagBit) == 0 || bytes < channel.rendezvous_bytes())) {
     const uint64_t header[kHeaderWords] = {tag, bytes, check.w0, check.w1};
@@ -82,12 +83,24 @@ std::shared_ptr<Op> Peer::post_send(uint64_t tag, const void* data, size_t bytes
     op->complete(send_error_);
     return op;
   }
-  ++send_seq_;
-  op->lane = lane;
-  if (bytes > 0 && (tag & kP2PTagBit) != 0 && bytes >= channel.rendezvous_bytes()) {
-    make_rendezvous_locked(*op, 0);
-  } else if (single_copy > 0 && bytes >= single_copy) {
-    make_rendezvous_locked(*op, kRvPull);
+  if (device) {
+    // Described before anything changes here: a buffer the channel cannot share throws.
+    DeviceDescriptor descriptor;
+    channel.export_device(data, bytes, &descriptor);
+    ++send_seq_;
+    op->lane = lane;
+    op->device = true;
+    // As eager messages (wire.h): taken at once unless a large point-to-point one.
+    const bool pull = (tag & kP2PTagBit) == 0 || bytes < channel.rendezvous_bytes();
+    make_rendezvous_locked(*op, kRvDevice | (pull ? kRvPull : 0), &descriptor);
+  } else {
+    ++send_seq_;
+    op->lane = lane;
+    if (bytes > 0 && (tag & kP2PTagBit) != 0 && bytes >= channel.rendezvous_bytes()) {
+      make_rendezvous_locked(*op, 0);
+    } else if (single_copy > 0 && bytes >= single_copy) {
+      make_rendezvous_locked(*op, kRvPull);
+    }
   }
   lanes_[lane].send_queue.push_back(op);
   queued_.fetch_add(1, std::memory_order_acq_rel);
@@ -98,17 +111,21 @@ std::shared_ptr<Op> Peer::post_send(uint64_t tag, const void* data, size_t bytes
   return op;
 }
 
-void Peer::make_rendezvous_locked(Op& op, uint64_t flags) {
+void Peer::make_rendezvous_locked(Op& op, uint64_t flags, const DeviceDescriptor* device) {
   op.phase = Op::Phase::kRvRequest;
   op.rv_id = next_rv_id_++;
   // Unguessable enough that memory the token no longer owns will not hold it by chance.
   const uint64_t token = (op.rv_id + 1) * 0x9E3779B97F4A7C15ull ^ token_salt_;
   op.rv_token.store(token, std::memory_order_seq_cst);
-  op.header[1] = op.bytes | kRendezvousBit;
+  op.header[1] = op.bytes | kRendezvousBit | (device != nullptr ? kDeviceBit : 0);
   const RvDescriptor rv{op.rv_id, reinterpret_cast<uint64_t>(op.data),
                         reinterpret_cast<uint64_t>(&op.rv_token), token, flags};
   std::memcpy(&op.header[kHeaderWords], &rv, sizeof(rv));
   op.header_bytes = kHeaderBytes + sizeof(rv);
+  if (device != nullptr) {
+    std::memcpy(reinterpret_cast<uint8_t*>(op.header) + op.header_bytes, device, sizeof(*device));
+    op.header_bytes += sizeof(*device);
+  }
   rv_pending_.fetch_add(1, std::memory_order_acq_rel);
 }
 
@@ -135,12 +152,18 @@ Progress Peer::exchange_rendezvous(std::string* lost_message) {
     std::shared_ptr<Op> op = std::move(it->second);
     rv_sends_.erase(it);
     if (e.tag == kRvDoneTag) {
+      if (op->device) lanes_[op->lane].channel->release_device(op->device_descriptor());
       op->complete(nullptr);
       ++progress.completed;
       rv_pending_.fetch_sub(1, std::memory_order_acq_rel);
       continue;
     }
     // kRvReadyTag: stream the payload, straight into the receive's buffer over there.
+    if (op->device) {
+      *lost_message = lost(detail::str_cat("protocol error: the payload of device message ", e.id,
+                                           " was asked for through host memory"));
+      return progress;
+    }
     op->phase = Op::Phase::kRvData;
     op->header[0] = kRvDataTag;
     op->header[1] = sizeof(uint64_t) + op->bytes;
@@ -296,10 +319,15 @@ Progress Peer::progress(std::string* lost_message) {
   return progress;
 }
 
-void Peer::cancel(Op& op) {
+std::string Peer::cancel(Op& op) {
   if (op.is_send) {
     MutexLock lock(send_mu_);
-    if (op.done()) return;
+    if (op.done()) return {};
+    if (op.device) {
+      return lost(detail::str_cat(op.describe(),
+                                  " of device memory was dropped before the peer copied it, "
+                                  "so its buffer may go while the peer reads it"));
+    }
     // A rendezvous's payload may be copied out of the caller's buffer until the answer:
     // void the token first (wire.h), so a copy that overlaps the buffer's end is refused.
     const bool rendezvous = op.phase == Op::Phase::kRvRequest || op.phase == Op::Phase::kRvData;
@@ -307,7 +335,7 @@ void Peer::cancel(Op& op) {
     std::deque<std::shared_ptr<Op>>& queue = lanes_[op.lane].send_queue;
     auto it = std::find_if(queue.begin(), queue.end(),
                            [&](const std::shared_ptr<Op>& p) { return p.get() == &op; });
-    if (it == queue.end() && !rendezvous) return;
+    if (it == queue.end() && !rendezvous) return {};
     // comm.h: a dropped send is still delivered in full (with several lanes it already
     // has its number in the send order the peer matches by), from a private copy, since
     // the caller's buffer goes away.
@@ -316,15 +344,15 @@ void Peer::cancel(Op& op) {
       if (op.bytes > 0) std::memcpy(op.owned.get(), op.data, op.bytes);
       op.data = op.owned.get();
     }
-    return;
+    return {};
   }
   MutexLock lock(recv_mu_);
-  if (op.done()) return;
+  if (op.done()) return {};
   auto it = std::find_if(posted_.begin(), posted_.end(),
                          [&](const std::shared_ptr<Op>& p) { return p.get() == &op; });
   if (it != posted_.end()) {
     posted_.erase(it);
-    return;
+    return {};
   }
   for (Lane& lane : lanes_) {
     if (lane.incoming.op.get() == &op) {
@@ -332,6 +360,7 @@ void Peer::cancel(Op& op) {
       lane.incoming.dest = nullptr;  // drop the rest of the payload
     }
   }
+  return {};
 }
 
 void Peer::prepare_sleep(std::vector<pollfd>* fds) {

@@ -33,6 +33,17 @@
 // the buffer. The send completes on kRvDoneTag, or once its kRvDataTag frame is written.
 // A receive that does not match the announced size fails with DesyncError and answers
 // kRvDoneTag, as an eager message's payload would be dropped.
+// Device payloads (MemoryKind::kCuda; comm.h's isend_device): always a rendezvous with
+// kRvDevice in the flags and kDeviceBit in the header's `bytes`; a DeviceDescriptor (the
+// channel's own encoding: for cuda_ipc a memory handle, an offset and an IPC event)
+// follows the RvDescriptor. Never streamed: the receiver's channel copies it device to
+// device (Channel::import_device) and answers kRvDoneTag; the sender's channel then frees
+// what the descriptor held (Channel::release_device) and the send completes. The host
+// rule of completion holds: point-to-point messages of rendezvous_bytes() and up wait for
+// their receive; the others carry kRvPull and are imported at once, into device memory of
+// the receiving channel's own when no receive is posted (Channel::allocate_device), and
+// copied to the receive when it comes. A device message meeting a host receive, or the
+// reverse, fails that receive with DesyncError.
 #pragma once
 
 #include <cstddef>
@@ -58,6 +69,15 @@ struct RvDescriptor {
 static_assert(sizeof(RvDescriptor) == 40);
 // RvDescriptor::flags: copy the payload at once, received or not (single copy).
 inline constexpr uint64_t kRvPull = 1;
+// RvDescriptor::flags: the payload is device memory; a DeviceDescriptor follows.
+inline constexpr uint64_t kRvDevice = 2;
+
+// Opaque to the core: filled by the sender's channel, read by the receiver's.
+inline constexpr size_t kDeviceDescriptorBytes = 192;
+struct DeviceDescriptor {
+  uint8_t bytes[kDeviceDescriptorBytes] = {};
+};
+static_assert(sizeof(DeviceDescriptor) % sizeof(uint64_t) == 0);
 
 inline constexpr size_t kHeaderBytes = sizeof(WireHeader);
 inline constexpr uint64_t kGoodbyeTag = ~uint64_t{0};
@@ -70,6 +90,8 @@ inline constexpr uint64_t kFirstControlTag = ~uint64_t{0} - 15;
 inline constexpr bool is_control_tag(uint64_t tag) { return tag >= kFirstControlTag; }
 // Set in a data header's `bytes`: a rendezvous descriptor follows instead of the payload.
 inline constexpr uint64_t kRendezvousBit = uint64_t{1} << 62;
+// Set with kRendezvousBit: a DeviceDescriptor follows the RvDescriptor.
+inline constexpr uint64_t kDeviceBit = uint64_t{1} << 61;
 // Longest abort reason sent or accepted; a longer one is a protocol error.
 inline constexpr uint64_t kMaxAbortReasonBytes = 4 * 1024;
 // Larger than any sane message; a header claiming more means the stream is corrupt.

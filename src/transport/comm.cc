@@ -1,0 +1,20 @@
+// Comm's defaults for device memory (comm.h): a Comm without device channels refuses it.
+#include "transport/comm.h"
+
+#include "tdist/error.h"
+
+namespace tdist::transport {
+
+RequestPtr Comm::isend_device(int peer, uint64_t /*tag*/, const void* /*data*/, size_t bytes) {
+  TDIST_THROW(InvalidArgument, "rank ", rank(), ": isend of ", bytes,
+              " bytes of CUDA memory to rank ", peer,
+              ": no channel of this Comm carries device memory (use the cuda_ipc backend)");
+}
+
+RequestPtr Comm::irecv_device(int peer, uint64_t /*tag*/, void* /*data*/, size_t bytes) {
+  TDIST_THROW(InvalidArgument, "rank ", rank(), ": irecv of ", bytes,
+              " bytes of CUDA memory from rank ", peer,
+              ": no channel of this Comm carries device memory (use the cuda_ipc backend)");
+}
+
+}  // namespace tdist::transport
