@@ -21,11 +21,19 @@ if [[ ${1:-} == --torch2 ]]; then
       "CUDA toolkit (nvcc, e.g. /usr/local/cuda) even for CPU-only use; none found" >&2
     exit 1
   fi
+  # One process loads one libnccl.so.2: PyPI's libtorch_cuda needs the wheel's own NCCL
+  # (nvidia-nccl-cu*), so tdist's nccl backend is built against that one too (headers and
+  # library), not the toolkit's.
+  nccl=()
+  nccl_dir=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null) || true
+  if [[ -n $nccl_dir && -f $nccl_dir/include/nccl.h && -f $nccl_dir/lib/libnccl.so.2 ]]; then
+    nccl=(-DNCCL_INCLUDE_DIR="$nccl_dir/include" -DNCCL_LIBRARY="$nccl_dir/lib/libnccl.so.2")
+  fi
   # The package folder itself too, so that TorchConfig takes its libtorch.so, not Debian's.
   cmake -S . -B build-torch2 -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTDIST_WERROR=ON \
     -DTDIST_BUILD_BENCHMARKS=OFF -DCMAKE_PREFIX_PATH="$torch_dir/share/cmake;$torch_dir" \
-    "${launcher[@]}" "$@" >/dev/null
-  cmake --build build-torch2 -j"$(nproc)" --target torch_checks
+    "${nccl[@]}" "${launcher[@]}" "$@" >/dev/null
+  cmake --build build-torch2 -j"$(nproc)" --target "${TDIST_BUILD_TARGET:-torch_checks}"
   exit 0
 fi
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTDIST_WERROR=ON "${launcher[@]}" "$@" \

@@ -36,8 +36,14 @@ class Work {
 
   // Blocks until the operation finished, then rethrows its error if it failed. The
   // deadline only bounds this wait: TimeoutError leaves the operation running.
-  void wait();  // no deadline of its own: the operation's own timeout ends it
-  void wait(Deadline deadline);
+  void synchronize();  // no deadline of its own: the operation's own timeout ends it
+  void synchronize(Deadline deadline);
+
+  // The caller's wait: synchronize() here. A Work on CUDA tensors of the LibTorch layer
+  // (tdist/torch/collectives.h) overrides it with torch's semantics: the caller's current
+  // CUDA stream waits for the operation, the host does not.
+  void wait() { wait(Deadline::never()); }
+  virtual void wait(Deadline deadline);
 
   bool is_completed() const;
   bool is_success() const;               // completed without error

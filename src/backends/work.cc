@@ -12,9 +12,11 @@ Work::~Work() = default;
 
 void Work::poll(Deadline /*deadline*/) {}
 
-void Work::wait() { wait(Deadline::never()); }
+void Work::wait(Deadline deadline) { synchronize(deadline); }
 
-void Work::wait(Deadline deadline) {
+void Work::synchronize() { synchronize(Deadline::never()); }
+
+void Work::synchronize(Deadline deadline) {
   poll(deadline);
   if (!finished_.load(std::memory_order_acquire)) {
     MutexLock lock(mu_);

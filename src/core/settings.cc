@@ -63,6 +63,11 @@ constexpr auto kSettings = std::to_array<Setting>({
     {"TDIST_FLIGHT_RECORDER_SIZE", "1024",
      "collectives each process group remembers for its flight record (0 = none)", SettingType::kInt,
      0, 1 << 24},
+    {"TDIST_LOCAL_RANK", "",
+     "this process's rank on its host, for the CUDA device it uses (tdist::torch::local_device "
+     "and the nccl backend: the rank modulo the visible devices); unset: LOCAL_RANK (torchrun's "
+     "and tdistrun's)",
+     SettingType::kInt, 0, 1 << 20},
     {"TDIST_LOG_LEVEL", "warn", "log level: trace, debug, info, warn, error or off",
      SettingType::kText, 0, -1, "trace|debug|info|warn|warning|error|off|none"},
     {"TDIST_NCCL_DEVICE", "-1",

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,12 +23,14 @@ namespace {
 using tdist::detail::str_cat;
 using ::torch::Tensor;
 
+constexpr bool kTorchCuda = TDIST_TORCH_CUDA != 0;
+
 // ---- checks ---------------------------------------------------------------------------
 
 DType check_tensor(const char* op, const std::string& what, const Tensor& t) {
   TDIST_CHECK(t.defined(), InvalidArgument, op, ": ", what, " is an undefined tensor");
-  TDIST_CHECK(t.device().is_cpu(), InvalidArgument, detail::device_error(t.device()), " (", op,
-              ": ", what, ")");
+  TDIST_CHECK(t.device().is_cpu() || (kTorchCuda && t.device().is_cuda()), InvalidArgument,
+              detail::device_error(t.device()), " (", op, ": ", what, ")");
   TDIST_CHECK(t.layout() == ::torch::kStrided, InvalidArgument, op, ": ", what, " has layout ",
               t.layout(), "; only dense (strided) tensors are supported");
   try {
@@ -71,6 +74,16 @@ void check_empty_off_root(const char* op, const char* what, const std::vector<Te
 
 size_t count_of(const Tensor& t) { return static_cast<size_t>(t.numel()); }
 
+// The call's Staging over `ones` and every tensor of `lists` (tensor_work.h).
+Staging staging(const char* op, const ProcessGroup& pg, std::initializer_list<const Tensor*> ones,
+                std::initializer_list<const std::vector<Tensor>*> lists = {}) {
+  std::vector<const Tensor*> all(ones);
+  for (const std::vector<Tensor>* list : lists) {
+    for (const Tensor& t : *list) all.push_back(&t);
+  }
+  return open_staging(op, pg, all);
+}
+
 // TDIST_DEBUG=detail: the shape of `t` joins the fingerprint of the collective issued while the
 // result lives (ProcessGroup's detail check compares it across ranks). all_to_all's tensors
 // may differ between ranks and have none.
@@ -112,8 +125,9 @@ std::vector<size_t> split_counts(const char* what, const Tensor& t,
 
 std::string detail::device_error(const c10::Device& device) {
   return str_cat("tdist: ", c10::DeviceTypeName(device.type()),
-                 " tensors are not supported yet (tensor on ", device.str(),
-                 "); move it to the CPU");
+                 " tensors are not supported (tensor on ", device.str(), "); move it to the CPU",
+                 kTorchCuda ? " or a CUDA device"
+                            : " (tdist_torch was built against a LibTorch without CUDA)");
 }
 
 std::shared_ptr<ProcessGroup> Group::resolve(const char* op) const {
@@ -131,9 +145,9 @@ WorkPtr all_reduce_async(const Tensor& tensor, ReduceOp op, Group group) {
   auto pg = group.resolve(kOp);
   const auto shape = shape_detail(tensor);
   const DType dtype = check_tensor(kOp, "tensor", tensor);
-  Staging s;
+  Staging s = staging(kOp, *pg, {&tensor});
   void* data = stage_output(s, kOp, "tensor", tensor, /*keep_values=*/true);
-  return launch(kOp, pg->all_reduce(data, data, count_of(tensor), dtype, op), std::move(s));
+  return launch(kOp, std::move(s), [&] { return pg->all_reduce(data, data, count_of(tensor), dtype, op); });
 }
 
 WorkPtr broadcast_async(const Tensor& tensor, int src, Group group) {
@@ -142,11 +156,11 @@ WorkPtr broadcast_async(const Tensor& tensor, int src, Group group) {
   const auto shape = shape_detail(tensor);
   const DType dtype = check_tensor(kOp, "tensor", tensor);
   check_rank(kOp, "src", src, *pg);
-  Staging s;
+  Staging s = staging(kOp, *pg, {&tensor});
   // The source only reads its tensor.
   void* data = pg->rank() == src ? const_cast<void*>(stage_input(s, tensor))
                                  : stage_output(s, kOp, "tensor", tensor, /*keep_values=*/false);
-  return launch(kOp, pg->broadcast(data, count_of(tensor), dtype, src), std::move(s));
+  return launch(kOp, std::move(s), [&] { return pg->broadcast(data, count_of(tensor), dtype, src); });
 }
 
 WorkPtr reduce_async(const Tensor& tensor, int dst, ReduceOp op, Group group) {
@@ -155,13 +169,13 @@ WorkPtr reduce_async(const Tensor& tensor, int dst, ReduceOp op, Group group) {
   const auto shape = shape_detail(tensor);
   const DType dtype = check_tensor(kOp, "tensor", tensor);
   check_rank(kOp, "dst", dst, *pg);
-  Staging s;
+  Staging s = staging(kOp, *pg, {&tensor});
   if (pg->rank() == dst) {
     void* data = stage_output(s, kOp, "tensor", tensor, /*keep_values=*/true);
-    return launch(kOp, pg->reduce(data, data, count_of(tensor), dtype, op, dst), std::move(s));
+    return launch(kOp, std::move(s), [&] { return pg->reduce(data, data, count_of(tensor), dtype, op, dst); });
   }
   const void* send = stage_input(s, tensor);
-  return launch(kOp, pg->reduce(send, nullptr, count_of(tensor), dtype, op, dst), std::move(s));
+  return launch(kOp, std::move(s), [&] { return pg->reduce(send, nullptr, count_of(tensor), dtype, op, dst); });
 }
 
 WorkPtr all_gather_async(const std::vector<Tensor>& outputs, const Tensor& input, Group group) {
@@ -170,10 +184,10 @@ WorkPtr all_gather_async(const std::vector<Tensor>& outputs, const Tensor& input
   const auto shape = shape_detail(input);
   const DType dtype = check_tensor(kOp, "input", input);
   check_list(kOp, "outputs", outputs, *pg, "input", input, /*same_shape=*/true);
-  Staging s;
+  Staging s = staging(kOp, *pg, {&input}, {&outputs});
   const void* send = stage_input(s, input);
   void* recv = stage_outputs(s, kOp, "outputs", outputs, input.scalar_type());
-  return launch(kOp, pg->all_gather(send, recv, count_of(input), dtype), std::move(s));
+  return launch(kOp, std::move(s), [&] { return pg->all_gather(send, recv, count_of(input), dtype); });
 }
 
 WorkPtr all_gather_into_tensor_async(const Tensor& output, const Tensor& input, Group group) {
@@ -186,13 +200,13 @@ WorkPtr all_gather_into_tensor_async(const Tensor& output, const Tensor& input, 
   TDIST_CHECK(count_of(output) == count * static_cast<size_t>(pg->size()), InvalidArgument, kOp,
               ": output has ", output.numel(), " elements; it needs ", pg->size(), " x ", count,
               " (the group's size times input's)");
-  Staging s;
+  Staging s = staging(kOp, *pg, {&output, &input});
   void* recv = stage_output(s, kOp, "output", output, /*keep_values=*/false);
   const size_t block = count * input.element_size();
   const void* own = static_cast<std::byte*>(recv) + static_cast<size_t>(pg->rank()) * block;
-  const bool in_place = !needs_staging(input) && input.data_ptr() == own;
+  const bool in_place = !needs_staging(s, input) && input.data_ptr() == own;
   const void* send = in_place ? own : stage_input_apart(s, input, recv, block * pg->size());
-  return launch(kOp, pg->all_gather(send, recv, count, dtype), std::move(s));
+  return launch(kOp, std::move(s), [&] { return pg->all_gather(send, recv, count, dtype); });
 }
 
 WorkPtr gather_async(const Tensor& input, const std::vector<Tensor>& gather_list, int dst,
@@ -202,7 +216,7 @@ WorkPtr gather_async(const Tensor& input, const std::vector<Tensor>& gather_list
   const auto shape = shape_detail(input);
   const DType dtype = check_tensor(kOp, "input", input);
   check_rank(kOp, "dst", dst, *pg);
-  Staging s;
+  Staging s = staging(kOp, *pg, {&input}, {&gather_list});
   void* recv = nullptr;
   if (pg->rank() == dst) {
     check_list(kOp, "gather_list", gather_list, *pg, "input", input, /*same_shape=*/true);
@@ -211,7 +225,7 @@ WorkPtr gather_async(const Tensor& input, const std::vector<Tensor>& gather_list
     check_empty_off_root(kOp, "gather_list", gather_list, "dst", dst, *pg);
   }
   const void* send = stage_input(s, input);
-  return launch(kOp, pg->gather(send, recv, count_of(input), dtype, dst), std::move(s));
+  return launch(kOp, std::move(s), [&] { return pg->gather(send, recv, count_of(input), dtype, dst); });
 }
 
 WorkPtr scatter_async(const Tensor& output, const std::vector<Tensor>& scatter_list, int src,
@@ -221,7 +235,7 @@ WorkPtr scatter_async(const Tensor& output, const std::vector<Tensor>& scatter_l
   const auto shape = shape_detail(output);
   const DType dtype = check_tensor(kOp, "output", output);
   check_rank(kOp, "src", src, *pg);
-  Staging s;
+  Staging s = staging(kOp, *pg, {&output}, {&scatter_list});
   const void* send = nullptr;
   if (pg->rank() == src) {
     check_list(kOp, "scatter_list", scatter_list, *pg, "output", output, /*same_shape=*/true);
@@ -230,7 +244,7 @@ WorkPtr scatter_async(const Tensor& output, const std::vector<Tensor>& scatter_l
     check_empty_off_root(kOp, "scatter_list", scatter_list, "src", src, *pg);
   }
   void* recv = stage_output(s, kOp, "output", output, /*keep_values=*/false);
-  return launch(kOp, pg->scatter(send, recv, count_of(output), dtype, src), std::move(s));
+  return launch(kOp, std::move(s), [&] { return pg->scatter(send, recv, count_of(output), dtype, src); });
 }
 
 WorkPtr reduce_scatter_async(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
@@ -240,10 +254,10 @@ WorkPtr reduce_scatter_async(const Tensor& output, const std::vector<Tensor>& in
   const auto shape = shape_detail(output);
   const DType dtype = check_tensor(kOp, "output", output);
   check_list(kOp, "inputs", inputs, *pg, "output", output, /*same_shape=*/true);
-  Staging s;
+  Staging s = staging(kOp, *pg, {&output}, {&inputs});
   const void* send = stage_inputs(s, inputs, output.scalar_type());
   void* recv = stage_output(s, kOp, "output", output, /*keep_values=*/false);
-  return launch(kOp, pg->reduce_scatter(send, recv, count_of(output), dtype, op), std::move(s));
+  return launch(kOp, std::move(s), [&] { return pg->reduce_scatter(send, recv, count_of(output), dtype, op); });
 }
 
 WorkPtr reduce_scatter_tensor_async(const Tensor& output, const Tensor& input, ReduceOp op,
@@ -257,14 +271,14 @@ WorkPtr reduce_scatter_tensor_async(const Tensor& output, const Tensor& input, R
   TDIST_CHECK(count_of(input) == count * static_cast<size_t>(pg->size()), InvalidArgument, kOp,
               ": input has ", input.numel(), " elements; it needs ", pg->size(), " x ", count,
               " (the group's size times output's)");
-  Staging s;
+  Staging s = staging(kOp, *pg, {&output, &input});
   const size_t block = count * output.element_size();
-  const bool in_place = !needs_staging(input) && !needs_staging(output) &&
+  const bool in_place = !needs_staging(s, input) && !needs_staging(s, output) &&
                         output.data_ptr() == static_cast<std::byte*>(input.data_ptr()) +
                                                  static_cast<size_t>(pg->rank()) * block;
   void* recv = stage_output(s, kOp, "output", output, /*keep_values=*/false);
   const void* send = in_place ? stage_input(s, input) : stage_input_apart(s, input, recv, block);
-  return launch(kOp, pg->reduce_scatter(send, recv, count, dtype, op), std::move(s));
+  return launch(kOp, std::move(s), [&] { return pg->reduce_scatter(send, recv, count, dtype, op); });
 }
 
 WorkPtr all_to_all_async(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
@@ -286,12 +300,12 @@ WorkPtr all_to_all_async(const std::vector<Tensor>& outputs, const std::vector<T
   std::vector<size_t> recv_counts;
   for (const Tensor& t : inputs) send_counts.push_back(count_of(t));
   for (const Tensor& t : outputs) recv_counts.push_back(count_of(t));
-  Staging s;
+  Staging s = staging(kOp, *pg, {}, {&outputs, &inputs});
   const void* send = stage_inputs(s, inputs, inputs[0].scalar_type());
   void* recv = stage_outputs(s, kOp, "outputs", outputs, inputs[0].scalar_type());
   // Always the variable-size form: ranks whose own counts happen to be even must still
   // issue the same operation as the others.
-  return launch(kOp, pg->all_to_allv(send, send_counts, recv, recv_counts, dtype), std::move(s));
+  return launch(kOp, std::move(s), [&] { return pg->all_to_allv(send, send_counts, recv, recv_counts, dtype); });
 }
 
 WorkPtr all_to_all_single_async(const Tensor& output, const Tensor& input,
@@ -308,32 +322,33 @@ WorkPtr all_to_all_single_async(const Tensor& output, const Tensor& input,
   const auto me = static_cast<size_t>(pg->rank());
   TDIST_CHECK(send_counts[me] == recv_counts[me], InvalidArgument, kOp, ": rank ", me,
               " sends itself ", send_counts[me], " elements but expects ", recv_counts[me]);
-  Staging s;
+  Staging s = staging(kOp, *pg, {&output, &input});
   void* recv = stage_output(s, kOp, "output", output, /*keep_values=*/false);
   const void* send = stage_input_apart(s, input, recv, count_of(output) * output.element_size());
-  return launch(kOp, pg->all_to_allv(send, send_counts, recv, recv_counts, dtype), std::move(s));
+  return launch(kOp, std::move(s), [&] { return pg->all_to_allv(send, send_counts, recv, recv_counts, dtype); });
 }
 
 WorkPtr isend(const Tensor& tensor, int dst, Group group, uint32_t tag) {
   constexpr const char* kOp = "isend";
   auto pg = group.resolve(kOp);
   const DType dtype = check_tensor(kOp, "tensor", tensor);
-  Staging s;
+  Staging s = staging(kOp, *pg, {&tensor});
   const void* data = stage_input(s, tensor);
-  return launch(kOp, pg->isend(data, count_of(tensor), dtype, dst, tag), std::move(s));
+  return launch(kOp, std::move(s), [&] { return pg->isend(data, count_of(tensor), dtype, dst, tag); });
 }
 
 WorkPtr irecv(const Tensor& tensor, int src, Group group, uint32_t tag) {
   constexpr const char* kOp = "irecv";
   auto pg = group.resolve(kOp);
   const DType dtype = check_tensor(kOp, "tensor", tensor);
-  Staging s;
+  Staging s = staging(kOp, *pg, {&tensor});
   void* data = stage_output(s, kOp, "tensor", tensor, /*keep_values=*/false);
-  return launch(kOp, pg->irecv(data, count_of(tensor), dtype, src, tag), std::move(s));
+  return launch(kOp, std::move(s), [&] { return pg->irecv(data, count_of(tensor), dtype, src, tag); });
 }
 
 WorkPtr barrier_async(Group group) {
-  return launch("barrier", group.resolve("barrier")->barrier(), Staging{});
+  auto pg = group.resolve("barrier");
+  return launch("barrier", Staging{}, [&] { return pg->barrier(); });
 }
 
 // ---- blocking forms -------------------------------------------------------------------

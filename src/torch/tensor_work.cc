@@ -14,7 +14,10 @@
 #include <utility>
 #include <vector>
 
+#include "cuda_work.h"
+#include "tdist/device.h"
 #include "tdist/error.h"
+#include "tdist/torch/collectives.h"
 
 namespace tdist::torch {
 namespace {
@@ -32,19 +35,19 @@ class Orphans {
     return *orphans;
   }
 
-  void adopt(WorkPtr work, std::vector<Tensor> keep) {
+  void adopt(std::function<bool()> finished, std::vector<Tensor> keep) {
     std::lock_guard<std::mutex> lock(mu_);
-    pending_.emplace_back(std::move(work), std::move(keep));
+    pending_.emplace_back(std::move(finished), std::move(keep));
   }
 
   void prune() {
     std::lock_guard<std::mutex> lock(mu_);
-    std::erase_if(pending_, [](const auto& p) { return p.first->is_completed(); });
+    std::erase_if(pending_, [](const auto& p) { return p.first(); });
   }
 
  private:
   std::mutex mu_;
-  std::vector<std::pair<WorkPtr, std::vector<Tensor>>> pending_;  // guarded by mu_
+  std::vector<std::pair<std::function<bool()>, std::vector<Tensor>>> pending_;  // guarded by mu_
 };
 
 // Wraps the process group's Work: completes when it does, after the copy-back.
@@ -57,7 +60,10 @@ class TensorWork final : public Work {
   void complete_now() { poll(Deadline::at(Clock::now())); }
 
   ~TensorWork() override {
-    if (!inner_->is_completed()) Orphans::get().adopt(std::move(inner_), std::move(staging_.keep));
+    if (!inner_->is_completed()) {
+      Orphans::get().adopt([inner = std::move(inner_)] { return inner->is_completed(); },
+                           std::move(staging_.keep));
+    }
   }
 
  protected:
@@ -128,14 +134,19 @@ bool provably_non_overlapping(const Tensor& t) {
   return true;
 }
 
-Tensor empty_dense(c10::IntArrayRef sizes, c10::ScalarType type) {
-  return ::torch::empty(sizes, ::torch::TensorOptions().dtype(type));
+// A dense buffer for the operation: on the CPU, on the tensors' device (kDevice), or in
+// pinned host memory (kStaged, filled and read on the call's side stream).
+Tensor empty_dense(const Staging& s, c10::IntArrayRef sizes, c10::ScalarType type) {
+  auto options = ::torch::TensorOptions().dtype(type);
+  if (s.mode == StageMode::kDevice) options = options.device(s.device);
+  if (s.mode == StageMode::kStaged) options = options.pinned_memory(true);
+  return ::torch::empty(sizes, options);
 }
 
-Tensor dense_copy(const Tensor& t) {
+Tensor dense_copy(const Staging& s, const Tensor& t) {
   ::torch::NoGradGuard no_grad;
-  Tensor out = empty_dense(t.sizes(), t.scalar_type());
-  out.copy_(t);
+  Tensor out = empty_dense(s, t.sizes(), t.scalar_type());
+  out.copy_(t, /*non_blocking=*/s.mode == StageMode::kStaged);
   return out;
 }
 
@@ -168,29 +179,31 @@ int64_t total_numel(const std::vector<Tensor>& list) {
 
 }  // namespace
 
-bool needs_staging(const Tensor& t) { return !t.is_contiguous() || t.is_neg(); }
+bool needs_staging(const Staging& s, const Tensor& t) {
+  return s.mode == StageMode::kStaged || !t.is_contiguous() || t.is_neg();
+}
 
 const void* stage_input(Staging& s, const Tensor& t) {
-  Tensor dense = needs_staging(t) ? dense_copy(t) : t;
+  Tensor dense = needs_staging(s, t) ? dense_copy(s, t) : t;
   s.keep.push_back(dense);
   return dense.data_ptr();
 }
 
 const void* stage_input_apart(Staging& s, const Tensor& t, const void* out, size_t out_bytes) {
   if (!overlaps(t, out, out_bytes)) return stage_input(s, t);
-  Tensor copy = dense_copy(t);
+  Tensor copy = dense_copy(s, t);
   s.keep.push_back(copy);
   return copy.data_ptr();
 }
 
 void* stage_output(Staging& s, const char* op, const char* what, const Tensor& t,
                    bool keep_values) {
-  if (!needs_staging(t)) {
+  if (!needs_staging(s, t)) {
     s.keep.push_back(t);
     return t.data_ptr();
   }
   check_writable(op, what, t);
-  Tensor tmp = keep_values ? dense_copy(t) : empty_dense(t.sizes(), t.scalar_type());
+  Tensor tmp = keep_values ? dense_copy(s, t) : empty_dense(s, t.sizes(), t.scalar_type());
   s.keep.push_back(tmp);
   s.copy_back.emplace_back(t, tmp);
   return tmp.data_ptr();
@@ -198,7 +211,7 @@ void* stage_output(Staging& s, const char* op, const char* what, const Tensor& t
 
 void* stage_outputs(Staging& s, const char* op, const char* what,
                     const std::vector<Tensor>& outputs, c10::ScalarType type) {
-  Tensor flat = empty_dense({total_numel(outputs)}, type);
+  Tensor flat = empty_dense(s, {total_numel(outputs)}, type);
   s.keep.push_back(flat);
   int64_t offset = 0;
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -212,18 +225,59 @@ void* stage_outputs(Staging& s, const char* op, const char* what,
 
 const void* stage_inputs(Staging& s, const std::vector<Tensor>& inputs, c10::ScalarType type) {
   ::torch::NoGradGuard no_grad;
-  Tensor flat = empty_dense({total_numel(inputs)}, type);
+  Tensor flat = empty_dense(s, {total_numel(inputs)}, type);
   int64_t offset = 0;
   for (const Tensor& in : inputs) {
-    flat.narrow(0, offset, in.numel()).view(in.sizes()).copy_(in);
+    flat.narrow(0, offset, in.numel())
+        .view(in.sizes())
+        .copy_(in, /*non_blocking=*/s.mode == StageMode::kStaged);
     offset += in.numel();
   }
   s.keep.push_back(flat);
   return flat.data_ptr();
 }
 
-WorkPtr launch(const char* op, WorkPtr inner, Staging staging) {
+Staging open_staging(const char* op, const ProcessGroup& group,
+                     const std::vector<const Tensor*>& tensors) {
+  Staging s;
+  const Tensor* first = nullptr;
+  for (const Tensor* t : tensors) {
+    if (!t->defined()) continue;
+    if (first == nullptr) {
+      first = t;
+      continue;
+    }
+    TDIST_CHECK(t->device() == first->device(), InvalidArgument, op,
+                ": all tensors of one call must be on one device, but this call has tensors on ",
+                first->device(), " and on ", t->device());
+  }
+  if (first == nullptr) return s;
+  s.device = first->device();
+  if (s.device.is_cpu()) {
+    TDIST_CHECK((group.memory_kinds() & memory_bit(MemoryKind::kHost)) != 0, InvalidArgument, op,
+                ": the ", group.backend_name(),
+                " group takes CUDA tensors only, but this call's tensors are on the CPU");
+    return s;
+  }
+#if TDIST_TORCH_CUDA
+  if (s.device.is_cuda()) {
+    open_cuda(s, group);
+    return s;
+  }
+#endif
+  TDIST_THROW(InvalidArgument, detail::device_error(s.device), " (", op, ")");
+}
+
+void adopt_orphan(std::function<bool()> finished, std::vector<Tensor> keep) {
+  Orphans::get().adopt(std::move(finished), std::move(keep));
+}
+
+WorkPtr launch(const char* op, Staging staging, const std::function<WorkPtr()>& issue) {
   Orphans::get().prune();
+#if TDIST_TORCH_CUDA
+  if (staging.mode != StageMode::kHost) return launch_cuda(op, std::move(staging), issue);
+#endif
+  WorkPtr inner = issue();
   auto work = std::make_shared<TensorWork>(op, inner, std::move(staging));
   // Complete (copy back) as soon as the group's Work does, so callbacks and futures on
   // this Work fire without a waiter; a dropped Work is left to the orphans.

@@ -154,7 +154,7 @@ NcclProcessGroup::NcclProcessGroup(int device, std::shared_ptr<Store> store, int
   try {
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
                what + "cudaStreamCreateWithFlags");
-    check_cuda(cudaEventCreateWithFlags(&legacy_done_, cudaEventDisableTiming),
+    check_cuda(cudaEventCreateWithFlags(&caller_done_, cudaEventDisableTiming),
                what + "cudaEventCreateWithFlags");
     check_cuda(cudaMalloc(&scratch_, sizeof(float)), what + "cudaMalloc");
     check_cuda(cudaMemset(scratch_, 0, sizeof(float)), what + "cudaMemset");
@@ -175,7 +175,7 @@ NcclProcessGroup::NcclProcessGroup(int device, std::shared_ptr<Store> store, int
   } catch (...) {
     if (comm != nullptr) ncclCommAbort(comm);
     if (scratch_ != nullptr) cudaFree(scratch_);
-    if (legacy_done_ != nullptr) cudaEventDestroy(legacy_done_);
+    if (caller_done_ != nullptr) cudaEventDestroy(caller_done_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
     throw;
   }
@@ -227,7 +227,7 @@ NcclProcessGroup::~NcclProcessGroup() {
     }
   }
   cudaFree(scratch_);
-  cudaEventDestroy(legacy_done_);
+  cudaEventDestroy(caller_done_);
   cudaStreamDestroy(stream_);
 }
 
@@ -274,10 +274,14 @@ WorkPtr NcclProcessGroup::launch(const char* op, std::optional<uint64_t> seq,
       use_device(device_);
       check_cuda(cudaEventCreateWithFlags(&work->event_, cudaEventDisableTiming),
                  "nccl: cudaEventCreateWithFlags");
-      // After what the caller queued on the legacy default stream (its inputs).
-      check_cuda(cudaEventRecord(legacy_done_, cudaStreamLegacy),
-                 "nccl: cudaEventRecord on the default stream");
-      check_cuda(cudaStreamWaitEvent(stream_, legacy_done_, 0), "nccl: cudaStreamWaitEvent");
+      // After what the caller queued on its stream (its inputs): CallerStream's, or the
+      // legacy default stream.
+      void* caller = CallerStream::current();
+      check_cuda(cudaEventRecord(caller_done_, caller != nullptr
+                                                   ? static_cast<cudaStream_t>(caller)
+                                                   : cudaStreamLegacy),
+                 "nccl: cudaEventRecord on the caller's stream");
+      check_cuda(cudaStreamWaitEvent(stream_, caller_done_, 0), "nccl: cudaStreamWaitEvent");
       Enqueuer e(comm_, stream_, rank(), timeout(), abort_requested_);
       enqueue(e);
       check_cuda(cudaEventRecord(work->event_, stream_), "nccl: cudaEventRecord");

@@ -27,10 +27,14 @@
 // not matched, as in PyTorch's NCCL backend), and are ordered with the collectives on the
 // stream.
 //
-// Ordering with the caller's work: each operation starts after the work queued on the
-// legacy default stream before the call (cudaMemcpy, cudaMemset, kernels on stream 0: an
-// event recorded there, which the group's stream waits for); work on other streams, or on
-// a per-thread default stream, needs the caller's own synchronization before the call.
+// Ordering with the caller's work (tdist/device.h): each operation starts after the work
+// queued before the call on the caller's stream, CallerStream::current() (the LibTorch
+// layer's: torch's current stream), or on the legacy default stream when the calling
+// thread has none (cudaMemcpy, cudaMemset, kernels on stream 0): an event recorded there,
+// which the group's stream waits for. Work on other streams needs the caller's own
+// synchronization before the call. The Work is a DeviceWork: cuda_event() is its event, for
+// a caller's stream to wait on (torch's wait()); Work::wait() and synchronize() block the
+// host until the event completed.
 //
 // Failure: one watchdog thread per group polls the pending events, ncclCommGetAsyncError
 // and the oldest pending operation's deadline (issue time + timeout()). On an NCCL error
@@ -66,6 +70,7 @@
 #include <vector>
 
 #include "backends/nccl/failure_notice.h"
+#include "tdist/device.h"
 #include "tdist/process_group.h"
 #include "tdist/thread_annotations.h"
 
@@ -74,12 +79,14 @@ namespace tdist::backends::nccl {
 class NcclProcessGroup;
 
 // The Work of one operation: completes through its CUDA event on the group's stream.
-class NcclWork final : public Work {
+class NcclWork final : public Work, public DeviceWork {
  public:
   NcclWork(const char* op, std::optional<uint64_t> seq, Deadline deadline,
            std::weak_ptr<NcclProcessGroup> group)
       : Work(op), seq_(seq), deadline_(deadline), group_(std::move(group)) {}
   ~NcclWork() override;
+
+  void* cuda_event() const override { return event_; }
 
  protected:
   void poll(Deadline deadline) override;
@@ -207,7 +214,7 @@ class NcclProcessGroup : public ProcessGroup {
 
   const int device_;
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t legacy_done_ = nullptr;  // recorded on the legacy default stream at each launch
+  cudaEvent_t caller_done_ = nullptr;  // recorded on the caller's stream at each launch
   void* scratch_ = nullptr;            // barrier's one f32 on the device
 
   mutable Mutex launch_mu_;  // every NCCL call on comm_, enqueues on stream_

@@ -76,7 +76,11 @@ int choose_device(int device_count, int64_t nccl_device, std::string_view local_
 }
 
 int choose_device(int device_count) {
-  return choose_device(device_count, setting_int("TDIST_NCCL_DEVICE"), env_string("LOCAL_RANK"));
+  // TDIST_LOCAL_RANK, else torchrun's LOCAL_RANK (as tdist::torch::local_device()).
+  const std::string local_rank = setting_is_set("TDIST_LOCAL_RANK")
+                                     ? setting_string("TDIST_LOCAL_RANK")
+                                     : env_string("LOCAL_RANK");
+  return choose_device(device_count, setting_int("TDIST_NCCL_DEVICE"), local_rank);
 }
 
 std::string buffer_problem(cudaMemoryType type, int device, int group_device) {

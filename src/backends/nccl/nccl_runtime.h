@@ -33,7 +33,7 @@ ncclRedOp_t nccl_reduce_op(const char* what, ReduceOpKind op, DType dtype);
 // modulo the count when it is set, else 0. InvalidArgument when TDIST_NCCL_DEVICE names a
 // device that is not visible or LOCAL_RANK is not a non-negative integer.
 int choose_device(int device_count, int64_t nccl_device, std::string_view local_rank);
-// The same from the environment (TDIST_NCCL_DEVICE, LOCAL_RANK).
+// The same from the environment (TDIST_NCCL_DEVICE; TDIST_LOCAL_RANK, else LOCAL_RANK).
 int choose_device(int device_count);
 
 // Why memory of `type` on `device` cannot be a buffer of a group on `group_device` (NCCL
