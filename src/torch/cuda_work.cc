@@ -25,8 +25,8 @@ namespace tdist::torch {
 
 // The CUDA side of one call: the caller's stream and the side stream.
 struct CudaCall {
-  CudaCall(c10::cuda::CUDAStream caller, c10::cuda::CUDAStream side)
-      : caller(caller), side(side) {}
+  CudaCall(c10::cuda::CUDAStream caller_stream, c10::cuda::CUDAStream side_stream)
+      : caller(caller_stream), side(side_stream) {}
   c10::cuda::CUDAStream caller;  // torch's current stream when the call was made
   c10::cuda::CUDAStream side;    // the copies' stream
   // kStaged: torch's current stream is `side` on the calling thread while the inputs are
