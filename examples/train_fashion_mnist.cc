@@ -176,8 +176,7 @@ Accuracy evaluate(FashionNet& model, FashionMNIST test, torch::Device device) {
   for (auto& batch : *loader) {
     int64_t n = batch.data.size(0);
     int64_t keep = std::clamp<int64_t>(real - position, 0, n);
-    torch::Tensor hits =
-        model.forward(batch.data.to(device)).argmax(1).eq(batch.target.to(device));
+    torch::Tensor hits = model.forward(batch.data.to(device)).argmax(1).eq(batch.target.to(device));
     correct += hits.slice(0, 0, keep).sum().item<int64_t>();
     position += n;
   }
@@ -199,9 +198,8 @@ void run_epoch(Ddp& ddp, torch::optim::Optimizer& optimizer, Loader& loader, int
   for (auto& batch : loader) {
     if (step == steps) break;
     optimizer.zero_grad();
-    torch::Tensor loss =
-        torch::nn::functional::cross_entropy(ddp.forward(batch.data.to(device)),
-                                             batch.target.to(device));
+    torch::Tensor loss = torch::nn::functional::cross_entropy(ddp.forward(batch.data.to(device)),
+                                                              batch.target.to(device));
     loss.backward();
     optimizer.step();
     ++step;
@@ -231,7 +229,8 @@ int train(const Flags& flags) {
   model->to(device);  // before the optimizer takes the parameters
   torch::optim::SGD optimizer(model->parameters(),
                               torch::optim::SGDOptions(flags.lr).momentum(0.9));
-  int64_t epochs_done = flags.resume ? load_checkpoint(flags.checkpoint, *model, optimizer, device) : 0;
+  int64_t epochs_done =
+      flags.resume ? load_checkpoint(flags.checkpoint, *model, optimizer, device) : 0;
   Accuracy accuracy;
   {
     tdist::torch::DistributedDataParallel ddp(model);

@@ -33,8 +33,8 @@ void check_supported(const NamedTensor& t, const char* kind, const c10::Device& 
               "; tdist takes CPU", TDIST_TORCH_CUDA ? " and CUDA" : "",
               " tensors (tdist_torch was built against a LibTorch ",
               TDIST_TORCH_CUDA ? "with" : "without", " CUDA)");
-  TDIST_CHECK(t.tensor.device() == device, InvalidArgument, "DDP: ", kind, " '", t.name,
-              "' is on ", t.tensor.device(), " but the first parameter is on ", device,
+  TDIST_CHECK(t.tensor.device() == device, InvalidArgument, "DDP: ", kind, " '", t.name, "' is on ",
+              t.tensor.device(), " but the first parameter is on ", device,
               "; the module must be on one device");
   TDIST_CHECK(t.tensor.layout() == ::torch::kStrided, InvalidArgument, "DDP: ", kind, " '", t.name,
               "' is not a dense tensor");

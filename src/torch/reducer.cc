@@ -14,8 +14,8 @@
 #include <utility>
 
 #include "backends/trace.h"
-#include "tdist/error.h"
 #include "tdist/device.h"
+#include "tdist/error.h"
 #include "tdist/logging.h"
 #include "tdist/torch/collectives.h"
 #include "tdist/torch/types.h"
@@ -195,8 +195,8 @@ void Reducer::start_reduction() {
 void Reducer::launch_control() {
   // Issued before any bucket, so it pairs with the same collective on every rank.
   if (control_on_device_) {
-    control_tensor_ = ::torch::tensor(control_, ::torch::TensorOptions().dtype(::torch::kLong))
-                          .to(device_);
+    control_tensor_ =
+        ::torch::tensor(control_, ::torch::TensorOptions().dtype(::torch::kLong)).to(device_);
     control_work_ = all_reduce_async(control_tensor_, ReduceOpKind::kMax, group_);
     return;
   }
@@ -267,8 +267,8 @@ void Reducer::copy_grad_to_bucket(const Param& param, Bucket& bucket) {
   ::torch::Tensor& grad = param.tensor.mutable_grad();
   TDIST_CHECK(!grad.defined() || (grad.layout() == ::torch::kStrided && grad.device() == device_),
               InvalidArgument, "DDP: parameter '", param.name, "' got a sparse gradient or one on ",
-              grad.device(), "; DDP reduces dense gradients on the parameters' device (",
-              device_, ")");
+              grad.device(), "; DDP reduces dense gradients on the parameters' device (", device_,
+              ")");
   if (bucket.in_place) {
     attach_in_place(param, bucket);
     return;

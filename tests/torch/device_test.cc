@@ -1,5 +1,7 @@
 // What of the CUDA support can be checked without a GPU (the GPU checks are in gpu/): the
 // local rank -> device mapping, the device messages, Work::synchronize on CPU tensors.
+#include "tdist/torch/device.h"
+
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -8,7 +10,6 @@
 
 #include "tdist/error.h"
 #include "tdist/torch/collectives.h"
-#include "tdist/torch/device.h"
 #include "torch/collectives_test_util.h"
 
 namespace tdist::torch {
@@ -63,10 +64,10 @@ TEST(DeviceTest, MetaTensorsAreRefusedNamingTheDevice) {
   ASSERT_TRUE(world.ok());
   Tensor meta = ::torch::empty({4}, ::torch::TensorOptions().device(c10::kMeta));
   Tensor cpu = ::torch::ones({4});
-  for (auto call : {+[](const Tensor& a, const Tensor&, const coll_test::PG& pg) {
+  for (auto call : {+[](const Tensor&a, const Tensor&, const coll_test::PG&pg) {
                       all_reduce(a, ReduceOpKind::kSum, pg);
                     },
-                    +[](const Tensor& a, const Tensor& b, const coll_test::PG& pg) {
+                    +[](const Tensor&a, const Tensor&b, const coll_test::PG&pg) {
                       all_gather_into_tensor(b, a, pg);
                     }}) {
     try {

@@ -30,15 +30,15 @@
 // (for a host group, after the host waited for the collective itself) and returns without
 // blocking on the device; synchronize() blocks the host until it completed, copy-back
 // included. Read an output on the stream that called wait(), or after synchronize(). A CPU
-// tensor given to a group that takes device memory only is InvalidArgument. Non-contiguous tensors (transposed, sliced with a step, channels-last,
-// a negated view) work: inputs are copied into contiguous temporaries when the call is
-// made; outputs are computed in a temporary and copied into the caller's tensor when
-// the operation completes, that is inside wait() or an is_completed() that returns true.
-// List outputs (all_gather, gather, all_to_all) are filled the same way. So, as in torch,
-// read an output only after wait(). An output whose elements may share memory (e.g. made
-// by expand()) cannot receive a copy and is refused. Shape, size and list-length
-// mismatches raise InvalidArgument before anything is sent; ranks that disagree with
-// each other are detected by the backend where possible (DesyncError).
+// tensor given to a group that takes device memory only is InvalidArgument. Non-contiguous tensors
+// (transposed, sliced with a step, channels-last, a negated view) work: inputs are copied into
+// contiguous temporaries when the call is made; outputs are computed in a temporary and copied into
+// the caller's tensor when the operation completes, that is inside wait() or an is_completed() that
+// returns true. List outputs (all_gather, gather, all_to_all) are filled the same way. So, as in
+// torch, read an output only after wait(). An output whose elements may share memory (e.g. made by
+// expand()) cannot receive a copy and is refused. Shape, size and list-length mismatches raise
+// InvalidArgument before anything is sent; ranks that disagree with each other are detected by the
+// backend where possible (DesyncError).
 //
 // Lifetime: as ProcessGroup's buffers, the tensors must outlive the operation: not
 // resized, and not touched (outputs: not read either) until the Work completed. The Work

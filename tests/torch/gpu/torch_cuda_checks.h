@@ -30,9 +30,9 @@ struct Failures {
   }
 };
 
-inline const c10::ScalarType kAllTypes[] = {
-    ::torch::kFloat, ::torch::kDouble, ::torch::kHalf, ::torch::kBFloat16, ::torch::kChar,
-    ::torch::kByte,  ::torch::kInt,    ::torch::kLong, ::torch::kBool};
+inline const c10::ScalarType kAllTypes[] = {::torch::kFloat,    ::torch::kDouble, ::torch::kHalf,
+                                            ::torch::kBFloat16, ::torch::kChar,   ::torch::kByte,
+                                            ::torch::kInt,      ::torch::kLong,   ::torch::kBool};
 
 // got (any device) equals want (CPU), as coll_test::expect_same compares.
 inline bool same(const Tensor& got_any, const Tensor& want) {
@@ -115,8 +115,7 @@ inline void check_collectives(Failures& f, const PG& pg, c10::Device device) {
 
     Tensor rst = ::torch::empty_like(x(0, 10)).to(device);
     reduce_scatter_tensor(rst, ::torch::cat(inputs), ReduceOpKind::kSum, pg);
-    f.expect(same(rst, reference(want_parts, ReduceOpKind::kSum)),
-             "reduce_scatter_tensor " + name);
+    f.expect(same(rst, reference(want_parts, ReduceOpKind::kSum)), "reduce_scatter_tensor " + name);
 
     // all_to_all_single: block p of rank r's input goes to rank p's block r.
     Tensor a2a_in = values(type, {world * rows, cols}, rank, 11).to(device);
@@ -134,7 +133,8 @@ inline void check_collectives(Failures& f, const PG& pg, c10::Device device) {
       outs.push_back(::torch::empty_like(x(0, 12)).to(device));
     }
     all_to_all(outs, ins, pg);
-    for (int p = 0; p < world; ++p) f.expect(same(outs[p], x(p * 10 + rank, 12)), "all_to_all " + name);
+    for (int p = 0; p < world; ++p)
+      f.expect(same(outs[p], x(p * 10 + rank, 12)), "all_to_all " + name);
 
     if (world >= 2) {  // a ring of send/recv
       Tensor got = ::torch::empty_like(x(0, 13)).to(device);
@@ -191,9 +191,8 @@ inline void check_ddp(Failures& f, const PG& pg, c10::Device device, int steps =
   ::torch::optim::SGD gpu_opt(gpu->parameters(), ::torch::optim::SGDOptions(0.1));
   ::torch::optim::SGD cpu_opt(cpu->parameters(), ::torch::optim::SGDOptions(0.1));
   auto input = [](int r, int step) {
-    return ::torch::sin(::torch::arange(8 * 16, ::torch::kFloat).reshape({8, 16}) *
-                            (0.01 * (r + 1)) +
-                        step);
+    return ::torch::sin(
+        ::torch::arange(8 * 16, ::torch::kFloat).reshape({8, 16}) * (0.01 * (r + 1)) + step);
   };
   auto target = [](int r, int step) {
     return ::torch::cos(::torch::arange(8 * 4, ::torch::kFloat).reshape({8, 4}) * (0.1 * (r + 2)) +
@@ -201,8 +200,8 @@ inline void check_ddp(Failures& f, const PG& pg, c10::Device device, int steps =
   };
   for (int step = 0; step < steps; ++step) {
     gpu_opt.zero_grad();
-    Tensor loss = ::torch::mse_loss(ddp.forward(input(rank, step).to(device)),
-                                    target(rank, step).to(device));
+    Tensor loss =
+        ::torch::mse_loss(ddp.forward(input(rank, step).to(device)), target(rank, step).to(device));
     loss.backward();
     gpu_opt.step();
     cpu_opt.zero_grad();
@@ -216,7 +215,8 @@ inline void check_ddp(Failures& f, const PG& pg, c10::Device device, int steps =
   const auto gp = gpu->parameters();
   const auto cp = cpu->parameters();
   for (size_t i = 0; i < gp.size(); ++i) {
-    diff += (gp[i].cpu().to(::torch::kDouble) - cp[i].to(::torch::kDouble)).pow(2).sum().item<double>();
+    diff +=
+        (gp[i].cpu().to(::torch::kDouble) - cp[i].to(::torch::kDouble)).pow(2).sum().item<double>();
     norm += cp[i].to(::torch::kDouble).pow(2).sum().item<double>();
   }
   const double rel = std::sqrt(diff / norm);

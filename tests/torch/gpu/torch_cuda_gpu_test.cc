@@ -86,10 +86,10 @@ void run_processes(const std::string& backend, int world, const std::string& che
       return n == "LOCAL_RANK" || n == "TDIST_LOCAL_RANK" || n == "TDIST_NCCL_DEVICE";
     });
     env.push_back("LOCAL_RANK=" + std::to_string(r));
-    pids.push_back(test_support::spawn_exec({"/proc/self/exe", "--worker", backend,
-                                             std::to_string(r), std::to_string(world),
-                                             store_path, check},
-                                            env));
+    pids.push_back(
+        test_support::spawn_exec({"/proc/self/exe", "--worker", backend, std::to_string(r),
+                                  std::to_string(world), store_path, check},
+                                 env));
     ASSERT_GT(pids.back(), 0);
   }
   const auto deadline = std::chrono::steady_clock::now() + 400s;
@@ -160,8 +160,8 @@ int worker(const std::string& backend, int rank, int world, const std::string& s
 
 int main(int argc, char** argv) {
   if (argc == 7 && std::string(argv[1]) == "--worker") {
-    return tdist::torch::gpu_test::worker(argv[2], std::stoi(argv[3]), std::stoi(argv[4]),
-                                          argv[5], argv[6]);
+    return tdist::torch::gpu_test::worker(argv[2], std::stoi(argv[3]), std::stoi(argv[4]), argv[5],
+                                          argv[6]);
   }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
