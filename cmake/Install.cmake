@@ -73,6 +73,12 @@ if(TDIST_INSTALLED_TORCH)
     set(TDIST_PC_TORCH_LIBS "-L${torch_libdir} -Wl,-rpath,${torch_libdir} ")
   endif()
   string(APPEND TDIST_PC_TORCH_LIBS "-ltorch_cpu -lc10")  # the CPU part (src/torch/CMakeLists.txt)
+  if(TARGET torch_cuda)  # CUDA tensors (TDIST_TORCH_CUDA): libtorch_cuda registers the kernels
+    string(APPEND TDIST_PC_TORCH_LIBS " -Wl,--no-as-needed -ltorch_cuda -Wl,--as-needed -lc10_cuda")
+    if(CUDA_cudart_LIBRARY)
+      string(APPEND TDIST_PC_TORCH_LIBS " ${CUDA_cudart_LIBRARY}")
+    endif()
+  endif()
   if(TDIST_LIBRARY_TYPE STREQUAL "STATIC_LIBRARY")  # FashionMNIST's zlib
     find_package(ZLIB REQUIRED)
     list(JOIN ZLIB_LIBRARIES " " zlib_libs)

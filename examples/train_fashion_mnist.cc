@@ -3,6 +3,7 @@
 //
 //   tdistrun --standalone --nproc-per-node 2 train_fashion_mnist --epochs 1
 //   train_fashion_mnist                  (no launcher: one process, a world-1 group)
+//   tdistrun --standalone --nproc-per-node 2 train_fashion_mnist --device cuda [--backend nccl]
 //
 // Every rank trains on its share of the training set (the sampler) and DDP averages the
 // gradients. Rank 0 draws a progress bar on stderr, prints the test accuracy after each
@@ -11,7 +12,9 @@
 // (every rank reads the checkpoint, so its path must be visible to all of them). The last
 // line on stdout is "test accuracy: NN.N%". Exit status 1 on any error (a missing dataset
 // says which package to install), 2 on bad flags. Defaults: 1 epoch, batch 64 per rank,
-// SGD with momentum 0.9 and lr 0.05 (about 89% after one epoch with 2 ranks).
+// SGD with momentum 0.9 and lr 0.05 (about 89% after one epoch with 2 ranks). --device cuda
+// trains on each rank's GPU, tdist::torch::local_device() (LOCAL_RANK modulo the visible
+// GPUs), over any backend: nccl on device memory, the others through pinned host memory.
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -31,6 +34,7 @@
 #include "tdist/hash_store.h"
 #include "tdist/torch/collectives.h"
 #include "tdist/torch/ddp.h"
+#include "tdist/torch/device.h"
 #include "tdist/torch/fashion_mnist.h"
 #include "tdist/torch/sampler.h"
 
@@ -45,6 +49,7 @@ struct Flags {
   int64_t batch_size = 64;  // per rank
   double lr = 0.05;
   std::string backend = "auto";
+  std::string device = "cpu";  // or "cuda": this rank's GPU (local_device())
   std::string data = FashionMNIST::kDefaultRoot;
   std::string checkpoint = "./fashion_mnist.ckpt";
   bool resume = false;
@@ -55,7 +60,7 @@ struct Flags {
 constexpr const char* kUsage =
     "usage: train_fashion_mnist [--epochs N] [--batch-size N (per rank)] [--lr X]\n"
     "         [--backend NAME] [--data DIR] [--checkpoint PATH] [--resume]\n"
-    "         [--max-steps N (per epoch)] [--seed N]\n";
+    "         [--max-steps N (per epoch)] [--seed N] [--device cpu|cuda]\n";
 
 bool parse_flags(int argc, char** argv, Flags& f) {
   for (int i = 1; i < argc; ++i) {
@@ -79,6 +84,9 @@ bool parse_flags(int argc, char** argv, Flags& f) {
       f.seed = std::strtoll(v, &end, 10);
     } else if (flag == "--backend") {
       f.backend = v;
+    } else if (flag == "--device") {
+      f.device = v;
+      if (f.device != "cpu" && f.device != "cuda") return false;
     } else if (flag == "--data") {
       f.data = v;
     } else if (flag == "--checkpoint") {
@@ -129,10 +137,11 @@ void save_checkpoint(const std::string& path, FashionNet& model, torch::optim::O
 
 // Every rank loads the checkpoint (DDP then starts from rank 0's copy anyway); returns
 // the epochs done.
-int64_t load_checkpoint(const std::string& path, FashionNet& model, torch::optim::Optimizer& opt) {
+int64_t load_checkpoint(const std::string& path, FashionNet& model, torch::optim::Optimizer& opt,
+                        torch::Device device) {
   TDIST_CHECK(std::filesystem::exists(path), tdist::Error, "--resume: no checkpoint at ", path);
   torch::serialize::InputArchive archive;
-  archive.load_from(path);
+  archive.load_from(path, device);
   torch::serialize::InputArchive model_archive;
   torch::serialize::InputArchive opt_archive;
   archive.read("model", model_archive);
@@ -155,7 +164,7 @@ struct Accuracy {
 // Test accuracy over the whole test set, split across the ranks. The sampler pads ranks
 // to equal length by repeating samples; only each rank's first num_real_samples()
 // positions are counted, so every image counts exactly once.
-Accuracy evaluate(FashionNet& model, FashionMNIST test) {
+Accuracy evaluate(FashionNet& model, FashionMNIST test, torch::Device device) {
   torch::NoGradGuard no_grad;
   model.eval();
   DistributedSampler sampler(test.size().value(), {.shuffle = false});
@@ -167,13 +176,14 @@ Accuracy evaluate(FashionNet& model, FashionMNIST test) {
   for (auto& batch : *loader) {
     int64_t n = batch.data.size(0);
     int64_t keep = std::clamp<int64_t>(real - position, 0, n);
-    torch::Tensor hits = model.forward(batch.data).argmax(1).eq(batch.target);
+    torch::Tensor hits = model.forward(batch.data.to(device)).argmax(1).eq(batch.target.to(device));
     correct += hits.slice(0, 0, keep).sum().item<int64_t>();
     position += n;
   }
   model.train();
-  torch::Tensor counts = torch::tensor({correct, std::min(position, real)});
-  tdist::torch::all_reduce(counts);
+  torch::Tensor counts = torch::tensor({correct, std::min(position, real)}).to(device);
+  tdist::torch::all_reduce(counts);  // CUDA: the current stream waits; .cpu() then syncs
+  counts = counts.cpu();
   return {counts[0].item<int64_t>(), counts[1].item<int64_t>()};
 }
 
@@ -181,15 +191,15 @@ Accuracy evaluate(FashionNet& model, FashionMNIST test) {
 // samples/s and rank 0's training loss, smoothed.
 template <typename Ddp, typename Loader>
 void run_epoch(Ddp& ddp, torch::optim::Optimizer& optimizer, Loader& loader, int64_t steps,
-               int world, fashion_mnist::ProgressBar bar, bool show) {
+               int world, torch::Device device, fashion_mnist::ProgressBar bar, bool show) {
   int64_t step = 0;
   int64_t samples = 0;
   double smoothed_loss = 0;
   for (auto& batch : loader) {
     if (step == steps) break;
     optimizer.zero_grad();
-    torch::Tensor loss =
-        torch::nn::functional::cross_entropy(ddp.forward(batch.data), batch.target);
+    torch::Tensor loss = torch::nn::functional::cross_entropy(ddp.forward(batch.data.to(device)),
+                                                              batch.target.to(device));
     loss.backward();
     optimizer.step();
     ++step;
@@ -212,11 +222,15 @@ int train(const Flags& flags) {
   const int rank = tdist::get_rank();
   const int world = tdist::get_world_size();
 
+  const torch::Device device =
+      flags.device == "cuda" ? tdist::torch::local_device() : torch::Device(torch::kCPU);
   torch::manual_seed(flags.seed);
   auto model = std::make_shared<FashionNet>();
+  model->to(device);  // before the optimizer takes the parameters
   torch::optim::SGD optimizer(model->parameters(),
                               torch::optim::SGDOptions(flags.lr).momentum(0.9));
-  int64_t epochs_done = flags.resume ? load_checkpoint(flags.checkpoint, *model, optimizer) : 0;
+  int64_t epochs_done =
+      flags.resume ? load_checkpoint(flags.checkpoint, *model, optimizer, device) : 0;
   Accuracy accuracy;
   {
     tdist::torch::DistributedDataParallel ddp(model);
@@ -233,10 +247,10 @@ int train(const Flags& flags) {
     for (int64_t epoch = epochs_done; epoch < flags.epochs; ++epoch) {
       sampler.set_epoch(epoch);
       run_epoch(
-          ddp, optimizer, *loader, steps, world,
+          ddp, optimizer, *loader, steps, world, device,
           fashion_mnist::ProgressBar(stderr, static_cast<int>(epoch + 1), flags.epochs, steps),
           rank == 0);
-      accuracy = evaluate(*model, test_set);
+      accuracy = evaluate(*model, test_set, device);
       if (rank == 0) {
         save_checkpoint(flags.checkpoint, *model, optimizer, epoch + 1);
         std::printf("epoch %lld/%d: test accuracy %.1f%% (%lld images), checkpoint %s\n",
@@ -245,7 +259,7 @@ int train(const Flags& flags) {
         std::fflush(stdout);
       }
     }
-    if (epochs_done >= flags.epochs) accuracy = evaluate(*model, test_set);
+    if (epochs_done >= flags.epochs) accuracy = evaluate(*model, test_set, device);
   }
   tdist::destroy_process_group();
   if (rank == 0) std::printf("test accuracy: %.1f%%\n", accuracy.percent());

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The GPU checks of the nccl backend (tests/nccl/nccl_gpu_test) and of the cuda_ipc backend
-# (tests/cuda_ipc/cuda_ipc_gpu_test: 2, 4 and 8 processes on one GPU), CTest label `gpu`,
-# which belong to the CTest configuration `gpu` so that a plain `ctest` never runs them.
+# The GPU checks (CTest label `gpu`, which belong to the CTest configuration `gpu` so that a
+# plain `ctest` never runs them): the nccl backend's (tests/nccl/nccl_gpu_test) and the
+# cuda_ipc backend's (tests/cuda_ipc/cuda_ipc_gpu_test: 2, 4 and 8 processes on one GPU), in
+# the build folder, without torch; and the LibTorch layer's on CUDA tensors (tests/torch/gpu,
+# the main job --device cuda; in <build folder>-torch2, against PyPI's CUDA torch).
 # Where no GPU is visible (no nvidia-smi, nvidia-smi lists none, or the CUDA runtime reports
 # no device) it prints "gpu_check: no GPU visible (<why>); skipping" and exits 0. Otherwise
 # it configures and builds what the checks need (CUDA and NCCL required, warnings are
@@ -45,5 +47,31 @@ echo "gpu_check: the CUDA runtime sees $count device(s); running the gpu tests"
 export OMP_NUM_THREADS=1
 status=0
 ctest --test-dir "$build" -C gpu -L '^gpu$' --output-on-failure || status=$?
+
+# The LibTorch layer's CUDA tests (tests/torch/gpu and the main job --device cuda) need a
+# LibTorch with CUDA: PyPI's torch of the python3 on PATH, in $build-torch2, configured as
+# scripts/build.sh --torch2 does (tdist's nccl backend against the wheel's own NCCL, since
+# one process loads one libnccl.so.2). Without such a torch they are reported as not run.
+torch_dir=$(python3 -c 'import os, torch; assert torch.version.cuda; print(os.path.dirname(torch.__file__))' 2>/dev/null) || torch_dir=""
+if [[ -z $torch_dir ]]; then
+  echo "gpu_check: python3 has no CUDA-enabled torch: the LibTorch CUDA tests did not run"
+  status=1
+else
+  nccl=()
+  nccl_dir=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null) || true
+  if [[ -n $nccl_dir && -f $nccl_dir/lib/libnccl.so.2 ]]; then
+    nccl=(-DNCCL_INCLUDE_DIR="$nccl_dir/include" -DNCCL_LIBRARY="$nccl_dir/lib/libnccl.so.2")
+  fi
+  echo "gpu_check: configuring and building $build-torch2 (torch at $torch_dir, target tests_gpu)"
+  cmake -S . -B "$build-torch2" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTDIST_WERROR=ON \
+    -DTDIST_CUDA=ON -DTDIST_BUILD_BENCHMARKS=OFF \
+    -DCMAKE_PREFIX_PATH="$torch_dir/share/cmake;$torch_dir" "${nccl[@]}" "${launcher[@]}" \
+    >"$log" 2>&1 || { tail -40 "$log"; echo "gpu_check: torch configure failed"; exit 1; }
+  cmake --build "$build-torch2" -j"$(nproc)" --target tests_gpu >"$log" 2>&1 ||
+    { tail -60 "$log"; echo "gpu_check: torch build failed"; exit 1; }
+  # Only the LibTorch ones here: nccl_gpu_test ran above.
+  ctest --test-dir "$build-torch2" -C gpu -L '^gpu$' -R 'torch_cuda_gpu_test|_cuda$' \
+    --output-on-failure || status=$?
+fi
 echo "gpu_check: done (status $status)"
 exit "$status"

@@ -147,7 +147,8 @@ WorkPtr all_reduce_async(const Tensor& tensor, ReduceOp op, Group group) {
   const DType dtype = check_tensor(kOp, "tensor", tensor);
   Staging s = staging(kOp, *pg, {&tensor});
   void* data = stage_output(s, kOp, "tensor", tensor, /*keep_values=*/true);
-  return launch(kOp, std::move(s), [&] { return pg->all_reduce(data, data, count_of(tensor), dtype, op); });
+  return launch(kOp, std::move(s),
+                [&] { return pg->all_reduce(data, data, count_of(tensor), dtype, op); });
 }
 
 WorkPtr broadcast_async(const Tensor& tensor, int src, Group group) {
@@ -160,7 +161,8 @@ WorkPtr broadcast_async(const Tensor& tensor, int src, Group group) {
   // The source only reads its tensor.
   void* data = pg->rank() == src ? const_cast<void*>(stage_input(s, tensor))
                                  : stage_output(s, kOp, "tensor", tensor, /*keep_values=*/false);
-  return launch(kOp, std::move(s), [&] { return pg->broadcast(data, count_of(tensor), dtype, src); });
+  return launch(kOp, std::move(s),
+                [&] { return pg->broadcast(data, count_of(tensor), dtype, src); });
 }
 
 WorkPtr reduce_async(const Tensor& tensor, int dst, ReduceOp op, Group group) {
@@ -172,10 +174,12 @@ WorkPtr reduce_async(const Tensor& tensor, int dst, ReduceOp op, Group group) {
   Staging s = staging(kOp, *pg, {&tensor});
   if (pg->rank() == dst) {
     void* data = stage_output(s, kOp, "tensor", tensor, /*keep_values=*/true);
-    return launch(kOp, std::move(s), [&] { return pg->reduce(data, data, count_of(tensor), dtype, op, dst); });
+    return launch(kOp, std::move(s),
+                  [&] { return pg->reduce(data, data, count_of(tensor), dtype, op, dst); });
   }
   const void* send = stage_input(s, tensor);
-  return launch(kOp, std::move(s), [&] { return pg->reduce(send, nullptr, count_of(tensor), dtype, op, dst); });
+  return launch(kOp, std::move(s),
+                [&] { return pg->reduce(send, nullptr, count_of(tensor), dtype, op, dst); });
 }
 
 WorkPtr all_gather_async(const std::vector<Tensor>& outputs, const Tensor& input, Group group) {
@@ -187,7 +191,8 @@ WorkPtr all_gather_async(const std::vector<Tensor>& outputs, const Tensor& input
   Staging s = staging(kOp, *pg, {&input}, {&outputs});
   const void* send = stage_input(s, input);
   void* recv = stage_outputs(s, kOp, "outputs", outputs, input.scalar_type());
-  return launch(kOp, std::move(s), [&] { return pg->all_gather(send, recv, count_of(input), dtype); });
+  return launch(kOp, std::move(s),
+                [&] { return pg->all_gather(send, recv, count_of(input), dtype); });
 }
 
 WorkPtr all_gather_into_tensor_async(const Tensor& output, const Tensor& input, Group group) {
@@ -225,7 +230,8 @@ WorkPtr gather_async(const Tensor& input, const std::vector<Tensor>& gather_list
     check_empty_off_root(kOp, "gather_list", gather_list, "dst", dst, *pg);
   }
   const void* send = stage_input(s, input);
-  return launch(kOp, std::move(s), [&] { return pg->gather(send, recv, count_of(input), dtype, dst); });
+  return launch(kOp, std::move(s),
+                [&] { return pg->gather(send, recv, count_of(input), dtype, dst); });
 }
 
 WorkPtr scatter_async(const Tensor& output, const std::vector<Tensor>& scatter_list, int src,
@@ -244,7 +250,8 @@ WorkPtr scatter_async(const Tensor& output, const std::vector<Tensor>& scatter_l
     check_empty_off_root(kOp, "scatter_list", scatter_list, "src", src, *pg);
   }
   void* recv = stage_output(s, kOp, "output", output, /*keep_values=*/false);
-  return launch(kOp, std::move(s), [&] { return pg->scatter(send, recv, count_of(output), dtype, src); });
+  return launch(kOp, std::move(s),
+                [&] { return pg->scatter(send, recv, count_of(output), dtype, src); });
 }
 
 WorkPtr reduce_scatter_async(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
@@ -257,7 +264,8 @@ WorkPtr reduce_scatter_async(const Tensor& output, const std::vector<Tensor>& in
   Staging s = staging(kOp, *pg, {&output}, {&inputs});
   const void* send = stage_inputs(s, inputs, output.scalar_type());
   void* recv = stage_output(s, kOp, "output", output, /*keep_values=*/false);
-  return launch(kOp, std::move(s), [&] { return pg->reduce_scatter(send, recv, count_of(output), dtype, op); });
+  return launch(kOp, std::move(s),
+                [&] { return pg->reduce_scatter(send, recv, count_of(output), dtype, op); });
 }
 
 WorkPtr reduce_scatter_tensor_async(const Tensor& output, const Tensor& input, ReduceOp op,
@@ -278,7 +286,8 @@ WorkPtr reduce_scatter_tensor_async(const Tensor& output, const Tensor& input, R
                                                  static_cast<size_t>(pg->rank()) * block;
   void* recv = stage_output(s, kOp, "output", output, /*keep_values=*/false);
   const void* send = in_place ? stage_input(s, input) : stage_input_apart(s, input, recv, block);
-  return launch(kOp, std::move(s), [&] { return pg->reduce_scatter(send, recv, count, dtype, op); });
+  return launch(kOp, std::move(s),
+                [&] { return pg->reduce_scatter(send, recv, count, dtype, op); });
 }
 
 WorkPtr all_to_all_async(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
@@ -305,7 +314,8 @@ WorkPtr all_to_all_async(const std::vector<Tensor>& outputs, const std::vector<T
   void* recv = stage_outputs(s, kOp, "outputs", outputs, inputs[0].scalar_type());
   // Always the variable-size form: ranks whose own counts happen to be even must still
   // issue the same operation as the others.
-  return launch(kOp, std::move(s), [&] { return pg->all_to_allv(send, send_counts, recv, recv_counts, dtype); });
+  return launch(kOp, std::move(s),
+                [&] { return pg->all_to_allv(send, send_counts, recv, recv_counts, dtype); });
 }
 
 WorkPtr all_to_all_single_async(const Tensor& output, const Tensor& input,
@@ -325,7 +335,8 @@ WorkPtr all_to_all_single_async(const Tensor& output, const Tensor& input,
   Staging s = staging(kOp, *pg, {&output, &input});
   void* recv = stage_output(s, kOp, "output", output, /*keep_values=*/false);
   const void* send = stage_input_apart(s, input, recv, count_of(output) * output.element_size());
-  return launch(kOp, std::move(s), [&] { return pg->all_to_allv(send, send_counts, recv, recv_counts, dtype); });
+  return launch(kOp, std::move(s),
+                [&] { return pg->all_to_allv(send, send_counts, recv, recv_counts, dtype); });
 }
 
 WorkPtr isend(const Tensor& tensor, int dst, Group group, uint32_t tag) {
@@ -334,7 +345,8 @@ WorkPtr isend(const Tensor& tensor, int dst, Group group, uint32_t tag) {
   const DType dtype = check_tensor(kOp, "tensor", tensor);
   Staging s = staging(kOp, *pg, {&tensor});
   const void* data = stage_input(s, tensor);
-  return launch(kOp, std::move(s), [&] { return pg->isend(data, count_of(tensor), dtype, dst, tag); });
+  return launch(kOp, std::move(s),
+                [&] { return pg->isend(data, count_of(tensor), dtype, dst, tag); });
 }
 
 WorkPtr irecv(const Tensor& tensor, int src, Group group, uint32_t tag) {
@@ -343,7 +355,8 @@ WorkPtr irecv(const Tensor& tensor, int src, Group group, uint32_t tag) {
   const DType dtype = check_tensor(kOp, "tensor", tensor);
   Staging s = staging(kOp, *pg, {&tensor});
   void* data = stage_output(s, kOp, "tensor", tensor, /*keep_values=*/false);
-  return launch(kOp, std::move(s), [&] { return pg->irecv(data, count_of(tensor), dtype, src, tag); });
+  return launch(kOp, std::move(s),
+                [&] { return pg->irecv(data, count_of(tensor), dtype, src, tag); });
 }
 
 WorkPtr barrier_async(Group group) {

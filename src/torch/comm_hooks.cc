@@ -1,9 +1,17 @@
 // The plain communication hooks: all_reduce, and all_reduce of a 16-bit copy.
 #include "tdist/torch/comm_hooks.h"
 
+#include "bucket_reduce.h"
+#include "tdist/torch/collectives.h"
 #include "tdist/torch/types.h"
 
 namespace tdist::torch {
+
+WorkPtr all_reduce_flat(ProcessGroup& group, const ::torch::Tensor& t, ReduceOp op) {
+  if (t.is_cuda()) return all_reduce_async(t, op, group.shared_from_this());
+  return group.all_reduce(t.data_ptr(), static_cast<size_t>(t.numel()), to_dtype(t.scalar_type()),
+                          op);
+}
 
 void CommHook::finish(ProcessGroup& /*group*/, const GradBucket& /*bucket*/) {}
 
@@ -12,8 +20,7 @@ namespace {
 class AllReduceHook final : public CommHook {
  public:
   WorkPtr run(ProcessGroup& group, const GradBucket& bucket) override {
-    return group.all_reduce(bucket.buffer.data_ptr(), static_cast<size_t>(bucket.buffer.numel()),
-                            to_dtype(bucket.buffer.scalar_type()), ReduceOpKind::kAvg);
+    return all_reduce_flat(group, bucket.buffer, ReduceOpKind::kAvg);
   }
 };
 
@@ -27,11 +34,10 @@ class CompressHook final : public CommHook {
     if (compressed_.size() <= bucket.index) compressed_.resize(bucket.index + 1);
     ::torch::Tensor& c = compressed_[bucket.index];
     if (!c.defined() || c.numel() != bucket.buffer.numel()) {
-      c = ::torch::empty({bucket.buffer.numel()}, ::torch::TensorOptions().dtype(type_));
+      c = ::torch::empty({bucket.buffer.numel()}, bucket.buffer.options().dtype(type_));
     }
     c.copy_(bucket.buffer).div_(group.size());
-    return group.all_reduce(c.data_ptr(), static_cast<size_t>(c.numel()), to_dtype(type_),
-                            ReduceOpKind::kSum);
+    return all_reduce_flat(group, c, ReduceOpKind::kSum);
   }
 
   void finish(ProcessGroup& /*group*/, const GradBucket& bucket) override {

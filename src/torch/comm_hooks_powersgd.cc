@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <random>
 
+#include "bucket_reduce.h"
 #include "tdist/error.h"
 #include "tdist/torch/comm_hooks.h"
 #include "tdist/torch/types.h"
@@ -84,7 +85,7 @@ void PowerSGDHook::split(const GradBucket& bucket, BucketState& s) {
     }
     s.uncompressed_tensors.push_back(g);
   }
-  const auto options = ::torch::TensorOptions().dtype(bucket.buffer.scalar_type());
+  const auto options = bucket.buffer.options();  // the bucket's device (CPU or CUDA)
   const bool reuse = options_.warm_start && s.p_memory.defined() && s.p_memory.numel() == p_total &&
                      s.q_memory.numel() == q_total;
   if (!reuse) {
@@ -106,7 +107,9 @@ void PowerSGDHook::split(const GradBucket& bucket, BucketState& s) {
   if (!reuse) {
     // Fresh random Qs, equal on every rank (the seed sequence is).
     at::Generator generator = at::detail::createCPUGenerator(rng_() % 1000000000);
-    for (::torch::Tensor& q : s.qs) q.copy_(at::randn(q.sizes(), generator, options));
+    // Drawn on the CPU (the same numbers for every device), then copied.
+    const auto cpu = ::torch::TensorOptions().dtype(bucket.buffer.scalar_type());
+    for (::torch::Tensor& q : s.qs) q.copy_(at::randn(q.sizes(), generator, cpu));
   }
 }
 
@@ -114,11 +117,9 @@ WorkPtr PowerSGDHook::run(ProcessGroup& group, const GradBucket& bucket) {
   BucketState& s = state(bucket.index);
   const int64_t iter = iter_;
   if (bucket.is_last) ++iter_;
-  const DType dtype = to_dtype(bucket.buffer.scalar_type());
   s.compressed = iter >= options_.start_powerSGD_iter;
   if (!s.compressed) {
-    return group.all_reduce(bucket.buffer.data_ptr(), static_cast<size_t>(bucket.buffer.numel()),
-                            dtype, ReduceOpKind::kAvg);
+    return all_reduce_flat(group, bucket.buffer, ReduceOpKind::kAvg);
   }
   ::torch::NoGradGuard no_grad;
   if (options_.use_error_feedback) {
@@ -135,12 +136,9 @@ WorkPtr PowerSGDHook::run(ProcessGroup& group, const GradBucket& bucket) {
   std::vector<::torch::Tensor> flat;
   for (const ::torch::Tensor& t : s.uncompressed_tensors) flat.push_back(t.reshape(-1));
   s.uncompressed = flat.empty() ? ::torch::empty({0}, bucket.buffer.options()) : ::torch::cat(flat);
-  s.uncompressed_work =
-      group.all_reduce(s.uncompressed.data_ptr(), static_cast<size_t>(s.uncompressed.numel()),
-                       dtype, ReduceOpKind::kAvg);
+  s.uncompressed_work = all_reduce_flat(group, s.uncompressed, ReduceOpKind::kAvg);
   // P is orthogonalized after the sum, so it needs no division.
-  return group.all_reduce(s.p_memory.data_ptr(), static_cast<size_t>(s.p_memory.numel()), dtype,
-                          ReduceOpKind::kSum);
+  return all_reduce_flat(group, s.p_memory, ReduceOpKind::kSum);
 }
 
 void PowerSGDHook::finish(ProcessGroup& group, const GradBucket& bucket) {
@@ -157,10 +155,7 @@ void PowerSGDHook::finish(ProcessGroup& group, const GradBucket& bucket) {
   for (size_t k = 0; k < s.matrices.size(); ++k) {
     ::torch::matmul_out(s.qs[k], s.matrices[k].t(), s.ps[k]);
   }
-  group
-      .all_reduce(s.q_memory.data_ptr(), static_cast<size_t>(s.q_memory.numel()),
-                  to_dtype(bucket.buffer.scalar_type()), ReduceOpKind::kAvg)
-      ->wait();
+  all_reduce_flat(group, s.q_memory, ReduceOpKind::kAvg)->wait();
   for (size_t k = 0; k < s.matrices.size(); ++k) {
     ::torch::matmul_out(s.matrices[k], s.ps[k], s.qs[k].t());
   }

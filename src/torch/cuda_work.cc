@@ -25,8 +25,8 @@ namespace tdist::torch {
 
 // The CUDA side of one call: the caller's stream and the side stream.
 struct CudaCall {
-  CudaCall(c10::cuda::CUDAStream caller, c10::cuda::CUDAStream side)
-      : caller(caller), side(side) {}
+  CudaCall(c10::cuda::CUDAStream caller_stream, c10::cuda::CUDAStream side_stream)
+      : caller(caller_stream), side(side_stream) {}
   c10::cuda::CUDAStream caller;  // torch's current stream when the call was made
   c10::cuda::CUDAStream side;    // the copies' stream
   // kStaged: torch's current stream is `side` on the calling thread while the inputs are
@@ -41,8 +41,7 @@ using ::torch::Tensor;
 // One operation on CUDA tensors: the group's Work, the buffers, and the copy-back.
 class CudaOp {
  public:
-  CudaOp(WorkPtr inner, Staging staging)
-      : inner_(std::move(inner)), staging_(std::move(staging)) {}
+  CudaOp(WorkPtr inner, Staging staging) : inner_(std::move(inner)), staging_(std::move(staging)) {}
 
   const WorkPtr& inner() const { return inner_; }
   StageMode mode() const { return staging_.mode; }
@@ -177,8 +176,9 @@ void open_cuda(Staging& s, const ProcessGroup& group) {
   const bool device_memory = (group.memory_kinds() & memory_bit(MemoryKind::kCuda)) != 0;
   s.mode = device_memory ? StageMode::kDevice : StageMode::kStaged;
   const c10::DeviceIndex index = s.device.index();
-  s.cuda = std::make_shared<CudaCall>(c10::cuda::getCurrentCUDAStream(index),
-                                      c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index));
+  s.cuda =
+      std::make_shared<CudaCall>(c10::cuda::getCurrentCUDAStream(index),
+                                 c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index));
   if (s.mode == StageMode::kStaged) {
     // The inputs' copies start after what the caller queued (the inputs themselves).
     at::cuda::CUDAEvent queued;

@@ -28,8 +28,8 @@
 
 #include <functional>
 
-#include "tensor_work.h"
 #include "tdist/work.h"
+#include "tensor_work.h"
 
 namespace tdist::torch {
 

@@ -6,6 +6,7 @@
 
 #include "ddp_sync.h"
 #include "reducer.h"
+#include "tdist/device.h"
 #include "tdist/distributed.h"
 #include "tdist/torch/types.h"
 
@@ -25,9 +26,16 @@ std::vector<NamedTensor> unique_tensors(
   return out;
 }
 
-void check_supported(const NamedTensor& t, const char* kind) {
-  TDIST_CHECK(t.tensor.device().is_cpu(), InvalidArgument, "DDP: ", kind, " '", t.name, "' is on ",
-              t.tensor.device(), "; tdist supports CPU tensors only for now");
+// `device`: the first parameter's (every parameter and buffer must be there).
+void check_supported(const NamedTensor& t, const char* kind, const c10::Device& device) {
+  TDIST_CHECK(t.tensor.device().is_cpu() || (TDIST_TORCH_CUDA && t.tensor.device().is_cuda()),
+              InvalidArgument, "DDP: ", kind, " '", t.name, "' is on ", t.tensor.device(),
+              "; tdist takes CPU", TDIST_TORCH_CUDA ? " and CUDA" : "",
+              " tensors (tdist_torch was built against a LibTorch ",
+              TDIST_TORCH_CUDA ? "with" : "without", " CUDA)");
+  TDIST_CHECK(t.tensor.device() == device, InvalidArgument, "DDP: ", kind, " '", t.name, "' is on ",
+              t.tensor.device(), " but the first parameter is on ", device,
+              "; the module must be on one device");
   TDIST_CHECK(t.tensor.layout() == ::torch::kStrided, InvalidArgument, "DDP: ", kind, " '", t.name,
               "' is not a dense tensor");
   try {
@@ -56,8 +64,13 @@ DistributedDataParallelBase::DistributedDataParallelBase(::torch::nn::Module& mo
               options_.bucket_cap_mb, " and ", options_.first_bucket_mb, ")");
   std::vector<NamedTensor> params = unique_tensors(module.named_parameters());
   std::vector<NamedTensor> buffers = unique_tensors(module.named_buffers());
-  for (const NamedTensor& p : params) check_supported(p, "parameter");
-  for (const NamedTensor& b : buffers) check_supported(b, "buffer");
+  const c10::Device device = params.empty() ? c10::Device(c10::kCPU) : params[0].tensor.device();
+  for (const NamedTensor& p : params) check_supported(p, "parameter", device);
+  for (const NamedTensor& b : buffers) check_supported(b, "buffer", device);
+  TDIST_CHECK(device.is_cuda() || (group_->memory_kinds() & memory_bit(MemoryKind::kHost)) != 0,
+              InvalidArgument, "DDP: the ", group_->backend_name(),
+              " group takes CUDA tensors only, but the module is on ", device,
+              "; move it to the group's device first (tdist::torch::local_device())");
 
   std::vector<NamedTensor> all = params;
   for (const NamedTensor& b : buffers) all.push_back({b.name + " (buffer)", b.tensor});

@@ -5,7 +5,9 @@
 #include <map>
 #include <numeric>
 
+#include "tdist/device.h"
 #include "tdist/error.h"
+#include "tdist/torch/collectives.h"
 #include "tdist/torch/types.h"
 
 namespace tdist::torch {
@@ -58,20 +60,67 @@ std::string show(const Shape& s) {
 // Broadcasts tensors of one dtype that together fit a chunk: in place for one contiguous
 // tensor, else packed into a flat buffer. Returns the packed buffer (undefined if none)
 // for the caller to unpack once the Work completed.
+// The broadcast of `t` (contiguous): the group's own call on a CPU tensor, the tensor
+// collective (staging or device pointers) on a CUDA one.
+WorkPtr broadcast_flat(ProcessGroup& group, const ::torch::Tensor& t, int root) {
+  if (t.is_cuda()) return broadcast_async(t, root, group.shared_from_this());
+  return group.broadcast(t.data_ptr(), static_cast<size_t>(t.numel()), to_dtype(t.scalar_type()),
+                         root);
+}
+
 ::torch::Tensor start_broadcast(ProcessGroup& group, const std::vector<::torch::Tensor>& run,
                                 int root, std::vector<WorkPtr>& works) {
-  const DType dtype = to_dtype(run.front().scalar_type());
   if (run.size() == 1 && run.front().is_contiguous()) {
-    works.push_back(group.broadcast(run.front().data_ptr(),
-                                    static_cast<size_t>(run.front().numel()), dtype, root));
+    works.push_back(broadcast_flat(group, run.front(), root));
     return {};
   }
   std::vector<::torch::Tensor> flat;
   for (const ::torch::Tensor& t : run) flat.push_back(t.reshape(-1));
   ::torch::Tensor packed = ::torch::cat(flat);
-  works.push_back(
-      group.broadcast(packed.data_ptr(), static_cast<size_t>(packed.numel()), dtype, root));
+  works.push_back(broadcast_flat(group, packed, root));
   return packed;
+}
+
+// Every rank's `mine`, back to back (counts[r] values from rank r): the group's own calls
+// on host memory, or, for a group that takes device memory only, tensor collectives on
+// `device`.
+std::vector<int64_t> gather_signatures(ProcessGroup& group, const std::vector<int64_t>& mine,
+                                       std::vector<size_t>& counts, c10::Device device) {
+  const auto world = static_cast<size_t>(group.size());
+  const auto length = static_cast<int64_t>(mine.size());
+  counts.assign(world, 0);
+  if ((group.memory_kinds() & memory_bit(MemoryKind::kHost)) != 0) {
+    std::vector<int64_t> lengths(world);
+    group.all_gather(&length, lengths.data(), 1, DType::kI64)->wait();
+    for (size_t r = 0; r < world; ++r) counts[r] = static_cast<size_t>(lengths[r]);
+    std::vector<int64_t> all(std::accumulate(counts.begin(), counts.end(), size_t{0}));
+    group.all_gatherv(mine.data(), mine.size(), all.data(), counts, DType::kI64)->wait();
+    return all;
+  }
+  const auto pg = group.shared_from_this();
+  const auto i64 = ::torch::TensorOptions().dtype(::torch::kLong);
+  ::torch::Tensor lengths = ::torch::empty({static_cast<int64_t>(world)}, i64.device(device));
+  all_gather_into_tensor(lengths, ::torch::tensor({length}, i64).to(device), pg);
+  const ::torch::Tensor host_lengths = lengths.cpu();
+  int64_t longest = 0;
+  for (size_t r = 0; r < world; ++r) {
+    counts[r] = static_cast<size_t>(host_lengths[static_cast<int64_t>(r)].item<int64_t>());
+    longest = std::max(longest, static_cast<int64_t>(counts[r]));
+  }
+  ::torch::Tensor padded = ::torch::zeros({longest}, i64);
+  if (length > 0) {
+    padded.narrow(0, 0, length).copy_(::torch::tensor(mine, i64));
+  }
+  ::torch::Tensor gathered =
+      ::torch::empty({static_cast<int64_t>(world) * longest}, i64.device(device));
+  all_gather_into_tensor(gathered, padded.to(device), pg);
+  const ::torch::Tensor host = gathered.cpu();
+  std::vector<int64_t> all;
+  for (size_t r = 0; r < world; ++r) {
+    const int64_t* block = host.data_ptr<int64_t>() + static_cast<int64_t>(r) * longest;
+    all.insert(all.end(), block, block + counts[r]);
+  }
+  return all;
 }
 
 void unpack(const ::torch::Tensor& packed, const std::vector<::torch::Tensor>& run) {
@@ -105,13 +154,9 @@ void verify_same_shapes(ProcessGroup& group, const std::vector<NamedTensor>& ten
   const auto world = static_cast<size_t>(group.size());
   if (world == 1) return;
   std::vector<int64_t> mine = signature(tensors);
-  const auto length = static_cast<int64_t>(mine.size());
-  std::vector<int64_t> lengths(world);
-  group.all_gather(&length, lengths.data(), 1, DType::kI64)->wait();
-  std::vector<size_t> counts(world);
-  for (size_t r = 0; r < world; ++r) counts[r] = static_cast<size_t>(lengths[r]);
-  std::vector<int64_t> all(std::accumulate(counts.begin(), counts.end(), size_t{0}));
-  group.all_gatherv(mine.data(), mine.size(), all.data(), counts, DType::kI64)->wait();
+  std::vector<size_t> counts;
+  const std::vector<int64_t> all = gather_signatures(
+      group, mine, counts, tensors.empty() ? c10::Device(c10::kCPU) : tensors[0].tensor.device());
 
   std::vector<std::vector<Shape>> shapes;
   size_t offset = 0;

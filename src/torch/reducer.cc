@@ -14,8 +14,10 @@
 #include <utility>
 
 #include "backends/trace.h"
+#include "tdist/device.h"
 #include "tdist/error.h"
 #include "tdist/logging.h"
+#include "tdist/torch/collectives.h"
 #include "tdist/torch/types.h"
 #include "transport/polling.h"
 
@@ -62,6 +64,9 @@ Reducer::Reducer(std::vector<NamedTensor> params, std::shared_ptr<ProcessGroup> 
                  const DDPOptions& options)
     : group_(std::move(group)),
       options_(options),
+      device_(params.empty() ? c10::Device(c10::kCPU) : params.front().tensor.device()),
+      comm_stream_(device_),
+      control_on_device_((group_->memory_kinds() & memory_bit(MemoryKind::kHost)) == 0),
       handle_unused_(options.find_unused_parameters || options.static_graph),
       during_backward_(launch_during_backward(options.overlap)),
       hook_(allreduce_hook()) {
@@ -189,6 +194,12 @@ void Reducer::start_reduction() {
 
 void Reducer::launch_control() {
   // Issued before any bucket, so it pairs with the same collective on every rank.
+  if (control_on_device_) {
+    control_tensor_ =
+        ::torch::tensor(control_, ::torch::TensorOptions().dtype(::torch::kLong)).to(device_);
+    control_work_ = all_reduce_async(control_tensor_, ReduceOpKind::kMax, group_);
+    return;
+  }
   control_work_ =
       group_->all_reduce(control_.data(), control_.size(), DType::kI64, ReduceOpKind::kMax);
 }
@@ -197,7 +208,7 @@ void Reducer::launch_full_buckets() {
   // In index order only, so that every rank issues the same sequence.
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& next = buckets_[next_bucket_++];
-    next.work = hook_->run(*group_, next.grad);
+    next.work = comm_stream_.run([&] { return hook_->run(*group_, next.grad); });
     TDIST_CHECK(next.work != nullptr, Error, "DDP: the comm hook returned no Work for bucket ",
                 next.grad.index);
     if (trace_rank_ >= 0) trace_launched(next);
@@ -254,9 +265,10 @@ void Reducer::mark_ready(size_t index) {
 
 void Reducer::copy_grad_to_bucket(const Param& param, Bucket& bucket) {
   ::torch::Tensor& grad = param.tensor.mutable_grad();
-  TDIST_CHECK(!grad.defined() || (grad.layout() == ::torch::kStrided && grad.device().is_cpu()),
-              InvalidArgument, "DDP: parameter '", param.name,
-              "' got a sparse or non-CPU gradient; DDP reduces dense CPU gradients");
+  TDIST_CHECK(!grad.defined() || (grad.layout() == ::torch::kStrided && grad.device() == device_),
+              InvalidArgument, "DDP: parameter '", param.name, "' got a sparse gradient or one on ",
+              grad.device(), "; DDP reduces dense gradients on the parameters' device (", device_,
+              ")");
   if (bucket.in_place) {
     attach_in_place(param, bucket);
     return;
@@ -280,8 +292,7 @@ void Reducer::attach_in_place(const Param& param, Bucket& bucket) {
     return;
   }
   if (!bucket.staging.defined()) {
-    bucket.staging = ::torch::empty({param.tensor.numel()},
-                                    ::torch::TensorOptions().dtype(param.tensor.scalar_type()));
+    bucket.staging = ::torch::empty({param.tensor.numel()}, param.tensor.options());
   }
   g.buffer = bucket.staging;
   g.gradients[0] = bucket.staging.view(param.tensor.sizes());
@@ -313,6 +324,7 @@ void Reducer::finalize_backward() {
     launch_full_buckets();
   }
   std::exception_ptr error = wait_for_launched();
+  comm_stream_.join();  // what follows on the current stream sees the reduced buckets
   phase_ = Phase::kIdle;
   // Written out only for an error (formatting costs microseconds, every backward pass).
   auto pass = [this] {
@@ -335,6 +347,10 @@ void Reducer::finalize_backward() {
               ". Parameters that do not take part in computing the loss need "
               "DDPOptions::find_unused_parameters = true (or static_graph, when the same ones "
               "go unused in every iteration)");
+  if (control_on_device_) {
+    const ::torch::Tensor host = control_tensor_.cpu();  // after wait(): the reduced vector
+    std::copy_n(host.data_ptr<int64_t>(), control_.size(), control_.begin());
+  }
   const int64_t highest = control_[0];
   const int64_t lowest = -control_[1];
   TDIST_CHECK(highest == lowest, DesyncError, pass(),

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "comm_stream.h"
 #include "compat.h"
 #include "ddp_sync.h"
 #include "tdist/process_group.h"
@@ -132,6 +133,14 @@ class Reducer {
 
   const std::shared_ptr<ProcessGroup> group_;
   const DDPOptions options_;
+  // The parameters' device (CPU or one CUDA device): buckets live there, and on a CUDA
+  // device the buckets' collectives run on comm_stream_.
+  const c10::Device device_;
+  CommStream comm_stream_;
+  // A group that takes device memory only (nccl): the control vector goes through
+  // control_tensor_ on device_.
+  const bool control_on_device_;
+  ::torch::Tensor control_tensor_;
   const bool handle_unused_;    // find_unused_parameters or static_graph
   const bool during_backward_;  // options_.overlap resolved: launch buckets from the hooks
   std::vector<Param> params_;

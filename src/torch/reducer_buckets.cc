@@ -85,8 +85,7 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
       bucket.pending = 1;
       continue;
     }
-    bucket.grad.buffer = ::torch::zeros(
-        {total}, ::torch::TensorOptions().dtype(params_[bucket.params[0]].tensor.scalar_type()));
+    bucket.grad.buffer = ::torch::zeros({total}, params_[bucket.params[0]].tensor.options());
     int64_t offset = 0;
     for (size_t k = 0; k < bucket.params.size(); ++k) {
       Param& p = params_[bucket.params[k]];

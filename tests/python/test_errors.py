@@ -34,8 +34,10 @@ def test_wrong_device_and_any_source_are_clear_errors():
         if int(torch.__version__.split(".")[0]) >= 2:
             assert meta.startswith("ValueError") and "move it to the CPU" in meta, meta
         if "cuda" in r["messages"]:
+            # A tdist built against a CUDA torch takes CUDA tensors (staged through pinned
+            # memory on this host backend); one without CUDA names the device it refuses.
             cuda = r["messages"]["cuda"]
-            assert cuda is not None and "cuda" in cuda, cuda
+            assert cuda is None or "cuda" in cuda, cuda
         anysrc = r["messages"]["any_source"]
         assert anysrc is not None and "src" in anysrc, anysrc
         assert r["sum"] == [2.0, 2.0, 2.0]

@@ -15,17 +15,30 @@
 // not take part. Ranks (src, dst) are ranks of that group, as torch's group_src and
 // group_dst (not torch's older global src/dst); on the default group they are the same.
 //
-// Tensors: CPU, strided, of a dtype types.h maps (f32 f64 f16 bf16 i8 u8 i32 i64 bool);
-// anything else is InvalidArgument naming the dtype or device. All tensors of one call
-// share a dtype. Non-contiguous tensors (transposed, sliced with a step, channels-last,
-// a negated view) work: inputs are copied into contiguous temporaries when the call is
-// made; outputs are computed in a temporary and copied into the caller's tensor when
-// the operation completes, that is inside wait() or an is_completed() that returns true.
-// List outputs (all_gather, gather, all_to_all) are filled the same way. So, as in torch,
-// read an output only after wait(). An output whose elements may share memory (e.g. made
-// by expand()) cannot receive a copy and is refused. Shape, size and list-length
-// mismatches raise InvalidArgument before anything is sent; ranks that disagree with
-// each other are detected by the backend where possible (DesyncError).
+// Tensors: CPU or CUDA (with a LibTorch built with CUDA), strided, of a dtype types.h maps
+// (f32 f64 f16 bf16 i8 u8 i32 i64 bool); anything else is InvalidArgument naming the dtype
+// or device. All tensors of one call share a dtype and a device (InvalidArgument naming
+// both devices otherwise).
+//
+// CUDA tensors (as torch.distributed does them): a group that takes device memory
+// (`nccl`) gets the tensors' device pointers, and a CUDA tensor must be on the group's
+// device (InvalidArgument naming both); a group that takes host memory only (tcp, shm,
+// auto, mpi) gets them staged through pinned host memory on a side stream, as gloo does
+// (the calling thread waits for the copy to the host, not for the collective). Either way
+// the operation starts after the work queued on torch's current stream, and the Work has
+// torch's semantics: wait() makes the caller's current CUDA stream wait for the operation
+// (for a host group, after the host waited for the collective itself) and returns without
+// blocking on the device; synchronize() blocks the host until it completed, copy-back
+// included. Read an output on the stream that called wait(), or after synchronize(). A CPU
+// tensor given to a group that takes device memory only is InvalidArgument. Non-contiguous tensors
+// (transposed, sliced with a step, channels-last, a negated view) work: inputs are copied into
+// contiguous temporaries when the call is made; outputs are computed in a temporary and copied into
+// the caller's tensor when the operation completes, that is inside wait() or an is_completed() that
+// returns true. List outputs (all_gather, gather, all_to_all) are filled the same way. So, as in
+// torch, read an output only after wait(). An output whose elements may share memory (e.g. made by
+// expand()) cannot receive a copy and is refused. Shape, size and list-length mismatches raise
+// InvalidArgument before anything is sent; ranks that disagree with each other are detected by the
+// backend where possible (DesyncError).
 //
 // Lifetime: as ProcessGroup's buffers, the tensors must outlive the operation: not
 // resized, and not touched (outputs: not read either) until the Work completed. The Work

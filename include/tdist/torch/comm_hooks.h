@@ -43,7 +43,9 @@ namespace tdist::torch {
 struct GradBucket {
   size_t index = 0;      // position in launch order (0 is launched first)
   bool is_last = false;  // the last bucket of the pass
-  // The bucket's gradients back to back: flat, contiguous, one dtype, CPU.
+  // The bucket's gradients back to back: flat, contiguous, one dtype, on the parameters'
+  // device (CPU or CUDA; with CUDA, run() is called with torch's current stream set to
+  // DDP's side stream, and the tensor collectives take the bucket as it is).
   ::torch::Tensor buffer;
   // Views of `buffer`, one per parameter, shaped like it (writing them writes `buffer`).
   std::vector<::torch::Tensor> gradients;

@@ -12,6 +12,15 @@
 //     opt.step();
 //   }
 //
+// Devices: the module's parameters and buffers are on the CPU or on one CUDA device (move
+// the module there first, e.g. to tdist::torch::local_device(); a group that takes device
+// memory only, `nccl`, needs CUDA). On a CUDA device the buckets live there; a full bucket
+// records an event on the current stream, a side stream waits for it and runs the bucket's
+// all_reduce (or comm hook: all three built-in hooks work on CUDA buckets) through the
+// tensor collectives (device pointers for nccl, pinned-memory staging for the host
+// backends), and the end of backward makes the current stream wait for the side stream, so
+// the optimizer sees the averaged gradients.
+//
 // Construction (collective: every rank constructs its DDP in the same order) checks that
 // every rank has the same parameter and buffer shapes and dtypes (InvalidArgument listing
 // the first differences by name, raised on every rank), then copies rank 0's parameters

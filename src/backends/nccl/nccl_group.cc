@@ -277,9 +277,8 @@ WorkPtr NcclProcessGroup::launch(const char* op, std::optional<uint64_t> seq,
       // After what the caller queued on its stream (its inputs): CallerStream's, or the
       // legacy default stream.
       void* caller = CallerStream::current();
-      check_cuda(cudaEventRecord(caller_done_, caller != nullptr
-                                                   ? static_cast<cudaStream_t>(caller)
-                                                   : cudaStreamLegacy),
+      check_cuda(cudaEventRecord(caller_done_, caller != nullptr ? static_cast<cudaStream_t>(caller)
+                                                                 : cudaStreamLegacy),
                  "nccl: cudaEventRecord on the caller's stream");
       check_cuda(cudaStreamWaitEvent(stream_, caller_done_, 0), "nccl: cudaStreamWaitEvent");
       Enqueuer e(comm_, stream_, rank(), timeout(), abort_requested_);
