@@ -150,6 +150,9 @@ def hellos():
 M64 = (1 << 64) - 1
 GOODBYE, ABORT, RV_READY, RV_DONE, RV_DATA = M64, M64 - 1, M64 - 2, M64 - 3, M64 - 4
 RV_BIT = 1 << 62
+DEVICE_BIT = 1 << 61  # with RV_BIT: a device payload (wire.h); a DeviceDescriptor follows
+RV_PULL, RV_DEVICE = 1, 2
+DEVICE_DESCRIPTOR_BYTES = 192
 P2P = 1 << 63
 RECV_EARLY, RECV_LATE, RECV_WITHDRAWN, SEND = 0, 1, 2, 3
 
@@ -217,6 +220,22 @@ def wire():
         "rendezvous_unexpected_pull":
             wire_input(64, [op(RECV_LATE, 300, P2P | 1)],
                        [header(P2P | 1, RV_BIT | 300) + rv_descriptor(1, flags=1) + bye]),
+        # Descriptor flags that disagree with the header on the memory kind: a protocol
+        # error, which must fail the posted receive too (it hung once).
+        "rendezvous_kind_disagrees":
+            wire_input(0, [op(RECV_EARLY, 300, P2P | 1)],
+                       [header(P2P | 1, RV_BIT | 300) + rv_descriptor(1, flags=RV_DEVICE) + bye]),
+        # A device payload on a channel that carries none, into a posted host receive and
+        # as an unexpected message pulled at once.
+        "device_rendezvous_posted":
+            wire_input(0, [op(RECV_EARLY, 300, P2P | 1)],
+                       [header(P2P | 1, RV_BIT | DEVICE_BIT | 300) +
+                        rv_descriptor(1, flags=RV_DEVICE) + bytes(DEVICE_DESCRIPTOR_BYTES) + bye]),
+        "device_rendezvous_unexpected_pull":
+            wire_input(0, [op(RECV_LATE, 300, 5)],
+                       [header(5, RV_BIT | DEVICE_BIT | 300) +
+                        rv_descriptor(1, flags=RV_DEVICE | RV_PULL) +
+                        bytes(DEVICE_DESCRIPTOR_BYTES) + bye]),
         "rendezvous_send_ready":
             wire_input(0, [op(SEND, 300, P2P | 2)],
                        [message(RV_READY, struct.pack("<Q", 0)) +

@@ -253,6 +253,10 @@ class Peer {
   std::string judge(uint64_t tag, Check theirs) const;
   void forget_locked(const Unexpected& u) TDIST_REQUIRES(recv_mu_);  // it leaves unexpected_
   std::string out_of_memory(size_t bytes) const;  // the lost message for a failed buffer
+  // lost(reason), with `op` (a receive held nowhere fail_all looks: taken from posted_ or
+  // a lane's Incoming; may be null) failed first with PeerError of that text.
+  std::string fail_op(const std::shared_ptr<Op>& op, const std::string& reason,
+                      Progress* progress) const;
 
   // The streams' part of progress(): queued sends out, lanes read.
   Progress progress_streams(std::string* lost) TDIST_EXCLUDES(send_mu_, recv_mu_);

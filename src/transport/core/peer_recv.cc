@@ -81,7 +81,8 @@ void Peer::match_posted_locked(const std::shared_ptr<Op>& op, std::string* lost_
     if (why.empty()) {
       op->complete(nullptr);
     } else {
-      *lost_message = lost(why);
+      Progress ignored;
+      *lost_message = fail_op(op, why, &ignored);
     }
   } else if (incoming == nullptr) {
     if (bytes > 0) std::memcpy(op->data, it->data.get(), bytes);
@@ -496,8 +497,10 @@ std::string Peer::finish_rendezvous_locked(size_t lane_index, Incoming& done, Pr
       RvDescriptor rv;
       std::memcpy(&rv, done.words, sizeof(rv));
       if (done.device != ((rv.flags & kRvDevice) != 0)) {
-        return lost(detail::str_cat("protocol error: rendezvous ", rv.id,
-                                    " disagrees with its header on the memory kind"));
+        return fail_op(done.op,
+                       detail::str_cat("protocol error: rendezvous ", rv.id,
+                                       " disagrees with its header on the memory kind"),
+                       progress);
       }
       const auto* device =
           done.device ? reinterpret_cast<const DeviceDescriptor*>(&done.words[sizeof(rv) / 8])
@@ -546,7 +549,7 @@ std::string Peer::fetch_locked(size_t lane_index, const std::shared_ptr<Op>& op,
   if (device != nullptr) {
     // Device to device by the channel, complete when it returns; then the sender may go on.
     const std::string why = lanes_[lane_index].channel->import_device(op->data, op->bytes, *device);
-    if (!why.empty()) return lost(why);
+    if (!why.empty()) return fail_op(op, why, progress);
     replies_.push_back({kRvDoneTag, rv.id, lane_index});
     rv_exchange_.store(true, std::memory_order_release);
     op->complete(nullptr);
@@ -590,6 +593,16 @@ std::string Peer::pull_unexpected_device_locked(size_t lane_index, Unexpected& u
   rv_exchange_.store(true, std::memory_order_release);
   u.rendezvous = false;  // now an unexpected message whose payload is here
   return {};
+}
+
+std::string Peer::fail_op(const std::shared_ptr<Op>& op, const std::string& reason,
+                          Progress* progress) const {
+  std::string message = lost(reason);
+  if (op) {
+    op->complete(std::make_exception_ptr(PeerError(message)));
+    ++progress->completed;
+  }
+  return message;
 }
 
 std::string Peer::out_of_memory(size_t bytes) const {
