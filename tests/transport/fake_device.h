@@ -21,7 +21,7 @@
 #include "core/reduce_kernels.h"
 #include "tdist/store.h"
 #include "transport/connect.h"
-#include "transport/core/channel.h"
+#include "transport/core/host_frames_channel.h"
 #include "transport/shm/channel.h"
 #include "transport/shm/setup.h"
 #include "transport/shm/shm_comm.h"
@@ -34,29 +34,13 @@ struct DeviceCounters {
   std::atomic<int> imported{0};
 };
 
-class HostDeviceChannel final : public core::Channel {
+class HostDeviceChannel final : public core::HostFramesChannel {
  public:
   HostDeviceChannel(std::unique_ptr<core::Channel> host, DeviceCounters* counters)
-      : host_(std::move(host)), counters_(counters) {}
+      : HostFramesChannel(std::move(host)), counters_(counters) {}
 
   const char* kind() const override { return "host_device"; }
-  std::string describe() const override { return "host_device over " + host_->describe(); }
-  size_t write(const iovec* iov, size_t count, std::string* lost) override {
-    return host_->write(iov, count, lost);
-  }
-  size_t read(const iovec* iov, size_t count, bool* eof, std::string* lost) override {
-    return host_->read(iov, count, eof, lost);
-  }
-  size_t peek(const uint8_t** data) override { return host_->peek(data); }
-  void consume(size_t bytes) override { host_->consume(bytes); }
-  bool readable() override { return host_->readable(); }
-  bool writable() override { return host_->writable(); }
-  void refresh() override { host_->refresh(); }
-  size_t rendezvous_bytes() const override { return host_->rendezvous_bytes(); }
-  size_t single_copy_bytes() const override { return host_->single_copy_bytes(); }
-  bool read_remote(void* dest, uint64_t address, size_t bytes) override {
-    return host_->read_remote(dest, address, bytes);
-  }
+  std::string describe() const override { return "host_device over " + host().describe(); }
   bool carries_device() const override { return true; }
   void export_device(const void* data, size_t bytes, core::DeviceDescriptor* out) override {
     const uint64_t words[3] = {reinterpret_cast<uint64_t>(data), bytes, kMagic};
@@ -87,16 +71,9 @@ class HostDeviceChannel final : public core::Channel {
     std::memcpy(dest, src, bytes);
     return {};
   }
-  void arm(bool want_write) override { host_->arm(want_write); }
-  void disarm() override { host_->disarm(); }
-  pollfd poll_for(bool r, bool w) override { return host_->poll_for(r, w); }
-  void on_poll(short revents) override { host_->on_poll(revents); }
-  void close(Deadline deadline) override { host_->close(deadline); }
-  void shut_down() override { host_->shut_down(); }
 
  private:
   static constexpr uint64_t kMagic = 0x686f737464657669ull;
-  std::unique_ptr<core::Channel> host_;
   DeviceCounters* counters_;
 };
 

@@ -41,7 +41,7 @@ void allocation_of(const void* p, uint64_t* base, uint64_t* bytes) {
 
 CudaIpcChannel::CudaIpcChannel(std::unique_ptr<core::Channel> host,
                                std::shared_ptr<const DeviceStream> device)
-    : host_(std::move(host)), device_(std::move(device)) {
+    : HostFramesChannel(std::move(host)), device_(std::move(device)) {
   device_->use();
   cudaEvent_t e = nullptr;
   check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync),
@@ -58,7 +58,7 @@ CudaIpcChannel::~CudaIpcChannel() {
 }
 
 std::string CudaIpcChannel::describe() const {
-  return detail::str_cat("cuda_ipc device ", device_->device(), " over ", host_->describe());
+  return detail::str_cat("cuda_ipc device ", device_->device(), " over ", host().describe());
 }
 
 uint32_t CudaIpcChannel::take_slot() {

@@ -2,11 +2,11 @@
 // channel to a peer of this host for the host frames, plus device payloads by descriptor.
 //
 // Host bytes (headers, control frames, host payloads) go through the wrapped channel (shm:
-// rings and a unix socket), unchanged. A device send (export_device) checks that the
-// buffer is device memory of this group's device, finds its allocation (cuMemGetAddressRange),
-// takes its IPC handle (cudaIpcGetMemHandle: memory from cudaMalloc, as PyTorch's caching
-// allocator has it; stream-ordered pools and VMM allocations are refused with Error) and
-// records an interprocess event of a slot on the group's stream; descriptor.h carries
+// rings and a unix socket), unchanged (core/host_frames_channel.h). A device send (export_device)
+// checks that the buffer is device memory of this group's device, finds its allocation
+// (cuMemGetAddressRange), takes its IPC handle (cudaIpcGetMemHandle: memory from cudaMalloc, as
+// PyTorch's caching allocator has it; stream-ordered pools and VMM allocations are refused with
+// Error) and records an interprocess event of a slot on the group's stream; descriptor.h carries
 // both. The receiver (import_device) opens the allocation (cached: mappings.h), makes the
 // group's stream wait on the event, copies device to device on it and waits for the copy
 // on the host, so the receive is complete, and the sender may reuse its buffer, once the
@@ -27,35 +27,19 @@
 #include <vector>
 
 #include "tdist/thread_annotations.h"
-#include "transport/core/channel.h"
+#include "transport/core/host_frames_channel.h"
 #include "transport/cuda_ipc/device_stream.h"
 #include "transport/cuda_ipc/mappings.h"
 
 namespace tdist::transport::cuda_ipc {
 
-class CudaIpcChannel final : public core::Channel {
+class CudaIpcChannel final : public core::HostFramesChannel {
  public:
   CudaIpcChannel(std::unique_ptr<core::Channel> host, std::shared_ptr<const DeviceStream> device);
   ~CudaIpcChannel() override;
 
   const char* kind() const override { return "cuda_ipc"; }
   std::string describe() const override;
-  size_t write(const iovec* iov, size_t count, std::string* lost) override {
-    return host_->write(iov, count, lost);
-  }
-  size_t read(const iovec* iov, size_t count, bool* eof, std::string* lost) override {
-    return host_->read(iov, count, eof, lost);
-  }
-  size_t peek(const uint8_t** data) override { return host_->peek(data); }
-  void consume(size_t bytes) override { host_->consume(bytes); }
-  bool readable() override { return host_->readable(); }
-  bool writable() override { return host_->writable(); }
-  void refresh() override { host_->refresh(); }
-  size_t rendezvous_bytes() const override { return host_->rendezvous_bytes(); }
-  size_t single_copy_bytes() const override { return host_->single_copy_bytes(); }
-  bool read_remote(void* dest, uint64_t remote_address, size_t bytes) override {
-    return host_->read_remote(dest, remote_address, bytes);
-  }
 
   bool carries_device() const override { return true; }
   void export_device(const void* data, size_t bytes, core::DeviceDescriptor* out) override;
@@ -66,15 +50,6 @@ class CudaIpcChannel final : public core::Channel {
   void free_device(void* data, size_t bytes) override;
   std::string copy_device(void* dest, const void* src, size_t bytes) override;
 
-  void arm(bool want_write) override { host_->arm(want_write); }
-  void disarm() override { host_->disarm(); }
-  pollfd poll_for(bool want_read, bool want_write) override {
-    return host_->poll_for(want_read, want_write);
-  }
-  void on_poll(short revents) override { host_->on_poll(revents); }
-  void close(Deadline deadline) override { host_->close(deadline); }
-  void shut_down() override { host_->shut_down(); }
-
  private:
   struct Slot {
     void* event = nullptr;  // cudaEvent_t (interprocess, no timing)
@@ -82,7 +57,6 @@ class CudaIpcChannel final : public core::Channel {
   };
   uint32_t take_slot() TDIST_REQUIRES(slot_mu_);
 
-  const std::unique_ptr<core::Channel> host_;
   const std::shared_ptr<const DeviceStream> device_;
 
   Mutex slot_mu_;  // leaf
