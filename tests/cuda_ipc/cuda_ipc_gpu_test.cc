@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "nccl/nccl_gpu_checks.h"
-#include "support/spawn.h"
+#include "support/local_ranks.h"
 #include "tdist/backend.h"
 #include "tdist/device.h"
 #include "tdist/error.h"
@@ -112,46 +112,22 @@ int device_count() {
   return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
-// Runs `world` workers; returns their exit statuses (-1: killed by the test's deadline).
+// Runs `world` workers; returns their wait statuses (-1: killed by the test's deadline).
 std::vector<int> run_workers(int world, bool victim) {
-  char dir_template[] = "/tmp/tdist_cuda_ipc_gpu_XXXXXX";
-  EXPECT_NE(::mkdtemp(dir_template), nullptr);
-  const std::string store_path = std::string(dir_template) + "/store";
-  std::vector<pid_t> pids;
-  for (int r = 0; r < world; ++r) {
-    std::vector<std::string> env = test_support::environment_without([](const std::string& name) {
-      return name == "LOCAL_RANK" || name == "TDIST_NCCL_DEVICE";
-    });
-    env.push_back("LOCAL_RANK=" + std::to_string(r));
-    pids.push_back(test_support::spawn_exec({"/proc/self/exe", victim ? "--victim" : "--worker",
-                                             std::to_string(r), std::to_string(world), store_path},
-                                            env));
-  }
-  std::vector<int> statuses(static_cast<size_t>(world), -1);
-  const auto deadline = std::chrono::steady_clock::now() + 420s;
-  for (int r = 0; r < world; ++r) {
-    int status = 0;
-    while (::waitpid(pids[r], &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        for (pid_t p : pids) ::kill(p, SIGKILL);
-        ::waitpid(pids[r], &status, 0);
-        status = -1;
-        break;
-      }
-      std::this_thread::sleep_for(50ms);
-    }
-    statuses[r] = status;
-  }
-  std::remove(store_path.c_str());
-  ::rmdir(dir_template);
-  return statuses;
+  return test_support::run_local_ranks(
+      world,
+      [&](int r, const std::string& store) {
+        return std::vector<std::string>{victim ? "--victim" : "--worker", std::to_string(r),
+                                        std::to_string(world), store};
+      },
+      420s);
 }
 
 void expect_all_passed(int world) {
   ASSERT_GT(device_count(), 0) << "no CUDA device: scripts/gpu_check.sh runs this only on a GPU";
   const std::vector<int> statuses = run_workers(world, false);
   for (int r = 0; r < world; ++r) {
-    EXPECT_TRUE(statuses[r] >= 0 && WIFEXITED(statuses[r]) && WEXITSTATUS(statuses[r]) == 0)
+    EXPECT_TRUE(test_support::exited_zero(statuses[r]))
         << "rank " << r << " of " << world << " failed (status " << statuses[r]
         << "); its stderr says why";
   }
@@ -167,7 +143,7 @@ TEST(CudaIpcGpu, ASigkilledRankFailsTheOthersWithPeerError) {
   const std::vector<int> statuses = run_workers(kWorld, true);
   EXPECT_TRUE(statuses[kWorld - 1] >= 0 && WIFSIGNALED(statuses[kWorld - 1]));
   for (int r = 0; r < kWorld - 1; ++r) {
-    EXPECT_TRUE(statuses[r] >= 0 && WIFEXITED(statuses[r]) && WEXITSTATUS(statuses[r]) == 0)
+    EXPECT_TRUE(test_support::exited_zero(statuses[r]))
         << "rank " << r << " (status " << statuses[r] << "): its stderr says why";
   }
 }

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "nccl/nccl_gpu_checks.h"
-#include "support/spawn.h"
+#include "support/local_ranks.h"
 #include "tdist/backend.h"
 #include "tdist/error.h"
 #include "tdist/file_store.h"
@@ -150,36 +150,18 @@ TEST(NcclGpuMultiProcess, EveryCollectiveOnOneGpuPerRank) {
   const int devices = device_count();
   if (devices < 2) GTEST_SKIP() << devices << " CUDA device(s): several ranks need one GPU each";
   const int world = std::min(devices, 4);
-  char dir_template[] = "/tmp/tdist_nccl_gpu_XXXXXX";
-  ASSERT_NE(::mkdtemp(dir_template), nullptr);
-  const std::string store_path = std::string(dir_template) + "/store";
-  std::vector<pid_t> pids;
+  const std::vector<int> statuses = test_support::run_local_ranks(
+      world,
+      [&](int r, const std::string& store) {
+        return std::vector<std::string>{"--worker", std::to_string(r), std::to_string(world),
+                                        store};
+      },
+      400s);
   for (int r = 0; r < world; ++r) {
-    std::vector<std::string> env = test_support::environment_without([](const std::string& name) {
-      return name == "LOCAL_RANK" || name == "TDIST_NCCL_DEVICE";
-    });
-    env.push_back("LOCAL_RANK=" + std::to_string(r));
-    pids.push_back(test_support::spawn_exec(
-        {"/proc/self/exe", "--worker", std::to_string(r), std::to_string(world), store_path}, env));
-    ASSERT_GT(pids.back(), 0);
+    EXPECT_TRUE(test_support::exited_zero(statuses[r]))
+        << "rank " << r << " failed (status " << statuses[r]
+        << ", -1: killed at the deadline); its stderr says why";
   }
-  const auto deadline = std::chrono::steady_clock::now() + 400s;
-  for (int r = 0; r < world; ++r) {
-    int status = 0;
-    while (::waitpid(pids[r], &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        for (pid_t p : pids) ::kill(p, SIGKILL);
-        ::waitpid(pids[r], &status, 0);
-        ADD_FAILURE() << "rank " << r << " did not finish in time";
-        break;
-      }
-      std::this_thread::sleep_for(50ms);
-    }
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        << "rank " << r << " failed (status " << status << "); its stderr says why";
-  }
-  std::remove(store_path.c_str());
-  ::rmdir(dir_template);
 }
 
 }  // namespace

@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "support/spawn.h"
+#include "support/local_ranks.h"
 #include "tdist/backend.h"
 #include "tdist/file_store.h"
 #include "tdist/hash_store.h"
@@ -77,39 +77,18 @@ TEST(TorchCudaStaging, WrongDeviceIsRefused) {
 
 // `world` processes of this binary run `check` ("collectives", "ddp") over `backend`.
 void run_processes(const std::string& backend, int world, const std::string& check) {
-  char dir_template[] = "/tmp/tdist_torch_gpu_XXXXXX";
-  ASSERT_NE(::mkdtemp(dir_template), nullptr);
-  const std::string store_path = std::string(dir_template) + "/store";
-  std::vector<pid_t> pids;
+  const std::vector<int> statuses = test_support::run_local_ranks(
+      world,
+      [&](int r, const std::string& store) {
+        return std::vector<std::string>{
+            "--worker", backend, std::to_string(r), std::to_string(world), store, check};
+      },
+      400s);
   for (int r = 0; r < world; ++r) {
-    std::vector<std::string> env = test_support::environment_without([](const std::string& n) {
-      return n == "LOCAL_RANK" || n == "TDIST_LOCAL_RANK" || n == "TDIST_NCCL_DEVICE";
-    });
-    env.push_back("LOCAL_RANK=" + std::to_string(r));
-    pids.push_back(
-        test_support::spawn_exec({"/proc/self/exe", "--worker", backend, std::to_string(r),
-                                  std::to_string(world), store_path, check},
-                                 env));
-    ASSERT_GT(pids.back(), 0);
+    EXPECT_TRUE(test_support::exited_zero(statuses[r]))
+        << backend << " " << check << ": rank " << r << " failed (status " << statuses[r]
+        << ", -1: killed at the deadline); its stderr says why";
   }
-  const auto deadline = std::chrono::steady_clock::now() + 400s;
-  for (int r = 0; r < world; ++r) {
-    int status = 0;
-    while (::waitpid(pids[r], &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        for (pid_t p : pids) ::kill(p, SIGKILL);
-        ::waitpid(pids[r], &status, 0);
-        ADD_FAILURE() << "rank " << r << " did not finish in time";
-        break;
-      }
-      std::this_thread::sleep_for(50ms);
-    }
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        << backend << " " << check << ": rank " << r << " failed (status " << status
-        << "); its stderr says why";
-  }
-  std::remove(store_path.c_str());
-  ::rmdir(dir_template);
 }
 
 TEST(TorchCudaStaging, EveryCollectiveAndDtypeTcpTwoProcessesOneGpu) {
