@@ -47,7 +47,9 @@ void ring(const Ctx& ctx, const void* send, void* recv, const detail::Blocks& bl
   };
   auto msg_tag = [&](size_t s) { return detail::tag(ctx, static_cast<uint32_t>(s)); };
   detail::Scratch in(ctx, depth * slot);
-  detail::Scratch out(ctx, depth * slot);
+  // Output slots carry partials to the next rank: none with two ranks (every unit is the
+  // last step), unless the own contribution needs a premultiplied copy.
+  detail::Scratch out(ctx, steps > 1 || premul ? depth * slot : 0);
   size_t outs = 0;  // output slots used so far; slot k is out[k % depth], its send has key k
   RequestQueue sends(ctx);
   RequestQueue recvs(ctx);
