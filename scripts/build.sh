@@ -8,6 +8,8 @@
 #          checks need (target torch_checks; then: ctest --test-dir build-torch2 -L '^torch$')
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Every CPU this may use (plain nproc honours OMP_NUM_THREADS, which test runs set to 1).
+jobs=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 # With ccache, the second tree takes the first's objects of everything outside the LibTorch
 # part (scripts/run_tests.sh sets CCACHE_BASEDIR and CCACHE_NOHASHDIR so paths match).
 launcher=()
@@ -33,9 +35,9 @@ if [[ ${1:-} == --torch2 ]]; then
   cmake -S . -B build-torch2 -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTDIST_WERROR=ON \
     -DTDIST_BUILD_BENCHMARKS=OFF -DCMAKE_PREFIX_PATH="$torch_dir/share/cmake;$torch_dir" \
     "${nccl[@]}" "${launcher[@]}" "$@" >/dev/null
-  cmake --build build-torch2 -j"$(nproc)" --target torch_checks
+  cmake --build build-torch2 -j"$jobs" --target torch_checks
   exit 0
 fi
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTDIST_WERROR=ON "${launcher[@]}" "$@" \
   >/dev/null
-cmake --build build -j"$(nproc)"
+cmake --build build -j"$jobs"

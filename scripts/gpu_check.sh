@@ -11,6 +11,8 @@
 # Usage: bash scripts/gpu_check.sh [build folder, default build-gpu]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Every CPU this may use (plain nproc honours OMP_NUM_THREADS, which test runs set to 1).
+jobs=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 build=${1:-build-gpu}
 skip() {
   echo "gpu_check: no GPU visible ($*); skipping"
@@ -36,7 +38,7 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTDIST_WERROR=ON -DTDI
 grep 'tdist: CUDA' "$log" || true
 grep -q 'CUDA kernels (cuda_ipc backend): found' "$log" ||
   { echo "gpu_check: the cuda_ipc backend was not built (no working nvcc?)"; exit 1; }
-cmake --build "$build" -j"$(nproc)" --target tests_gpu >"$log" 2>&1 ||
+cmake --build "$build" -j"$jobs" --target tests_gpu >"$log" 2>&1 ||
   { tail -60 "$log"; echo "gpu_check: build failed"; exit 1; }
 
 # The CUDA runtime's view, through the test binary's own probe.
@@ -67,7 +69,7 @@ else
     -DTDIST_CUDA=ON -DTDIST_BUILD_BENCHMARKS=OFF \
     -DCMAKE_PREFIX_PATH="$torch_dir/share/cmake;$torch_dir" "${nccl[@]}" "${launcher[@]}" \
     >"$log" 2>&1 || { tail -40 "$log"; echo "gpu_check: torch configure failed"; exit 1; }
-  cmake --build "$build-torch2" -j"$(nproc)" --target tests_gpu >"$log" 2>&1 ||
+  cmake --build "$build-torch2" -j"$jobs" --target tests_gpu >"$log" 2>&1 ||
     { tail -60 "$log"; echo "gpu_check: torch build failed"; exit 1; }
   # Only the LibTorch ones here: nccl_gpu_test ran above.
   ctest --test-dir "$build-torch2" -C gpu -L '^gpu$' -R 'torch_cuda_gpu_test|_cuda$' \

@@ -17,6 +17,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 stage() { echo "== $* [$((SECONDS / 60))m$((SECONDS % 60))s]"; }
 bash scripts/setup.sh
+# Compile jobs: every CPU this run may use. Not `nproc` once OMP_NUM_THREADS=1 is set below:
+# nproc honours it and would say 1. Tests run one at a time (ctest's default): the
+# multi-process tests each start several ranks and count on the cores being theirs.
+jobs=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 # ccache (scripts/build.sh): paths relative to the checkout and the build folder left out of
 # the hash, so build-torch2/ reuses build/'s objects.
@@ -51,23 +55,23 @@ if [ "${TDIST_SKIP_CLANG:-0}" != 1 ]; then
   stage "clang ASan+UBSan build (warnings are errors)"
   CXX=clang++ CC=clang cmake -S . -B build-clang "${san_cmake[@]}" \
     -DTDIST_SANITIZE=address,undefined -DTDIST_FUZZ=ON -DTDIST_FUZZ_SECONDS=10 >/dev/null
-  cmake --build build-clang -j"$(nproc)" \
+  cmake --build build-clang -j"$jobs" \
     --target tests_core tests_store tests_collectives tests_pg fuzzers >/dev/null
   stage "ASan+UBSan tests: core, store, collectives, pg; fuzz targets"
   env "${asan_env[@]}" ctest --test-dir build-clang -L '^(core|store|collectives|pg|fuzz)$' \
-    --output-on-failure -j"$(nproc)" || failed $? "ASan+UBSan tests" build-clang
+    --output-on-failure || failed $? "ASan+UBSan tests" build-clang
 fi
 
 stage "g++ build (warnings are errors)"
 bash scripts/build.sh
 stage "tests"
-ctest --test-dir build --output-on-failure -j"$(nproc)" || failed $? "tests" build
+ctest --test-dir build --output-on-failure || failed $? "tests" build
 
 if [ "${TDIST_SKIP_TORCH2:-0}" != 1 ]; then
   stage "LibTorch 2.x (PyPI's torch): g++ build of the LibTorch part (warnings are errors)"
   bash scripts/build.sh --torch2 >/dev/null
   stage "LibTorch 2.x tests"
-  ctest --test-dir build-torch2 -L '^torch$' --output-on-failure -j"$(nproc)" ||
+  ctest --test-dir build-torch2 -L '^torch$' --output-on-failure ||
     failed $? "LibTorch 2.x tests" build-torch2
   stage "Python package on torch 2.x"
   bash scripts/test_python.sh torch2 || failed $? "Python package on torch 2.x"
@@ -79,10 +83,10 @@ if [ "${TDIST_SKIP_TSAN:-0}" != 1 ]; then
   stage "clang TSan build of the store, transport and pg suites"
   CXX=clang++ CC=clang cmake -S . -B build-tsan "${san_cmake[@]}" -DTDIST_SANITIZE=thread \
     -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON >/dev/null
-  cmake --build build-tsan -j"$(nproc)" --target tests_store tests_transport tests_pg >/dev/null
+  cmake --build build-tsan -j"$jobs" --target tests_store tests_transport tests_pg >/dev/null
   stage "TSan tests: store, transport, pg"
   env "${tsan_env[@]}" ctest --test-dir build-tsan -L '^(store|transport|pg)$' \
-    --output-on-failure -j"$(nproc)" || failed $? "TSan tests" build-tsan
+    --output-on-failure || failed $? "TSan tests" build-tsan
 fi
 stage "GPU checks (scripts/gpu_check.sh: build-gpu/; skipped where no GPU is visible)"
 bash scripts/gpu_check.sh || failed $? "GPU checks" build-gpu

@@ -10,6 +10,8 @@
 #        scripts/build.sh --torch2; default all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Every CPU this may use (plain nproc honours OMP_NUM_THREADS, which test runs set to 1).
+jobs=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 which=${1:-all}
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE=1
 export TDIST_TDISTRUN=$PWD/build/tools/tdistrun
@@ -28,7 +30,7 @@ if [[ $which == all || $which == torch1 ]]; then
         ("_PYBIND11_COMPILER_TYPE", "_PYBIND11_STDLIB", "_PYBIND11_BUILD_ABI")))')
   cmake -S . -B build -DTDIST_BUILD_PYTHON=ON -DPython3_EXECUTABLE=$py \
     "-DTDIST_PYBIND11_ABI_DEFINITIONS=$abi" >/dev/null
-  cmake --build build -j"$(nproc)" --target tdist_python >/dev/null
+  cmake --build build -j"$jobs" --target tdist_python >/dev/null
   pkg=build/python-package
   rm -rf "$pkg" && mkdir -p "$pkg/tdist"
   cp python/tdist/*.py "$pkg/tdist/" && cp build/src/python/_C*.so "$pkg/tdist/"
