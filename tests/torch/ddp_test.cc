@@ -79,7 +79,9 @@ struct Result {
   Params initial, reference;
   std::vector<Params> ranks;
   std::vector<std::vector<std::vector<std::string>>> buckets_before, buckets_after;
-  std::vector<bool> rebuilt;
+  // char, not bool: the rank threads write their own elements at once, and vector<bool>
+  // packs them into shared words (a lost write made rebuilt[r] false at random).
+  std::vector<char> rebuilt;
   std::vector<std::vector<bool>> grad_defined;  // per rank and parameter, after training
 };
 
