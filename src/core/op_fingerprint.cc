@@ -6,7 +6,9 @@
 namespace tdist::core {
 namespace {
 
-// w0: kind (bits 0-7), dtype (8-15), reduce op + 1 or 0 (16-23), root + 1 (32-63).
+// w0: kind (bits 0-7), dtype (8-15), reduce op + 1 or 0 (16-23), root + 1 (32-63). The root
+// field is worked in uint32_t both ways: a peer's words are arbitrary (0x80000000 decodes to
+// INT_MAX), and no int arithmetic can overflow on them.
 constexpr uint64_t kKindMask = 0xFF;
 
 }  // namespace
@@ -15,7 +17,7 @@ OpFingerprint::Words OpFingerprint::encode() const {
   if (kind == OpKind::kNone) return {};
   const uint64_t w0 = static_cast<uint64_t>(kind) | (uint64_t{static_cast<uint8_t>(dtype)} << 8) |
                       (has_reduce ? uint64_t{static_cast<uint8_t>(reduce)} + 1 : 0) << 16 |
-                      (uint64_t{static_cast<uint32_t>(root + 1)} << 32);
+                      (uint64_t{static_cast<uint32_t>(root) + 1U} << 32);
   return {w0, count};
 }
 
@@ -27,7 +29,7 @@ OpFingerprint OpFingerprint::decode(Words words) {
   const auto reduce = static_cast<uint8_t>((words.w0 >> 16) & 0xFF);
   fp.has_reduce = reduce != 0;
   if (fp.has_reduce) fp.reduce = static_cast<ReduceOpKind>(reduce - 1);
-  fp.root = static_cast<int>(static_cast<uint32_t>(words.w0 >> 32)) - 1;
+  fp.root = static_cast<int>(static_cast<uint32_t>(words.w0 >> 32) - 1U);
   fp.count = words.w1;
   return fp;
 }

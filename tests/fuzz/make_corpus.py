@@ -204,6 +204,11 @@ def wire():
         "fingerprint_mismatch":
             wire_input(CHECKED, [op(RECV_LATE, 16, COLL1)],
                        [message(COLL1, bytes(16), FP_BROADCAST) + bye]),
+        # A root field of 0x80000000 (root + 1 as a peer sent it): decoding it for the
+        # mismatch's message overflowed an int once (UBSan, found by this fuzzer in CI).
+        "fingerprint_root_field_extreme":
+            wire_input(CHECKED, [op(RECV_LATE, 16, COLL1)],
+                       [message(COLL1, bytes(16), (2 | 0x80000000 << 32, 4)) + bye]),
         "stale_message":
             wire_input(CHECKED, [op(RECV_EARLY, 16, COLL1)],
                        [message(5, bytes(16), FP_ALL_REDUCE) + bye]),
