@@ -17,7 +17,8 @@
 //       bit 4) tag(u64 LE, its low byte alone when kind bit 5: small tags meet small tags)
 // A peer's header may announce up to 16 TiB before any payload: operator new[] here
 // refuses more than 64 MiB with bad_alloc (ASan would otherwise end the process), which
-// the core must turn into a PeerError.
+// the core must turn into a PeerError. FUZZ_LOG=1 keeps tdist's log on (TDIST_LOG_LEVEL), to
+// see why the transport aborted on an input.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -148,7 +149,7 @@ void finish(RequestPtr& request) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  set_log_level(LogLevel::kOff);
+  if (std::getenv("FUZZ_LOG") == nullptr) set_log_level(LogLevel::kOff);
   return 0;
 }
 

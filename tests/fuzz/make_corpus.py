@@ -222,6 +222,12 @@ def wire():
             wire_input(0, [op(RECV_EARLY, 300, P2P | 1)],
                        [header(P2P | 1, RV_BIT | 300) + rv_descriptor(1) +
                         message(RV_DATA, struct.pack("<Q", 1) + bytes(300)) + bye]),
+        # Two rendezvous under one id, each into a posted receive, neither copied out (no
+        # read_remote): the second replaced the first receive, which hung (found by this
+        # fuzzer); now a protocol error that fails both.
+        "rendezvous_id_reused":
+            wire_input(0, [op(RECV_EARLY, 300, P2P | 1), op(RECV_EARLY, 300, P2P | 1)],
+                       [(header(P2P | 1, RV_BIT | 300) + rv_descriptor(7)) * 2 + bye]),
         "rendezvous_unexpected_pull":
             wire_input(64, [op(RECV_LATE, 300, P2P | 1)],
                        [header(P2P | 1, RV_BIT | 300) + rv_descriptor(1, flags=1) + bye]),

@@ -233,6 +233,10 @@ class Peer {
   std::string fetch_locked(size_t lane, const std::shared_ptr<Op>& op, const RvDescriptor& rv,
                            const DeviceDescriptor* device, Progress* progress)
       TDIST_REQUIRES(recv_mu_);
+  // Holds `op` in rv_recvs_ until the payload with sender's id `id` arrives; an id already
+  // held is a protocol error (`op` fails; the lost message).
+  std::string await_payload_locked(const std::shared_ptr<Op>& op, uint64_t id, Progress* progress)
+      TDIST_REQUIRES(recv_mu_);
   // A single-copy message with no receive yet: copies it into a buffer of its own (then
   // it is an ordinary unexpected message), or asks for the payload.
   std::string pull_unexpected_locked(size_t lane, Unexpected& u) TDIST_REQUIRES(recv_mu_);

@@ -67,7 +67,8 @@ void Peer::match_posted_locked(const std::shared_ptr<Op>& op, std::string* lost_
     }
   } else if (it->rendezvous) {
     if (it->asked) {  // its payload is on the way: into this receive
-      rv_recvs_[it->rv.id] = op;
+      Progress ignored;
+      *lost_message = await_payload_locked(op, it->rv.id, &ignored);
     } else if (incoming == nullptr) {
       Progress ignored;
       *lost_message = fetch_locked(it->lane, op, it->rv, it->device_descriptor.get(), &ignored);
@@ -558,9 +559,18 @@ std::string Peer::fetch_locked(size_t lane_index, const std::shared_ptr<Op>& op,
     op->complete(nullptr);
     ++progress->completed;
   } else {
-    rv_recvs_[rv.id] = op;
+    return await_payload_locked(op, rv.id, progress);
   }
   return {};
+}
+
+std::string Peer::await_payload_locked(const std::shared_ptr<Op>& op, uint64_t id,
+                                       Progress* progress) {
+  if (rv_recvs_.try_emplace(id, op).second) return {};
+  // A sender numbers its rendezvous afresh: a second one under an id still awaited would
+  // replace the first receive, which then never completes.
+  return fail_op(op, detail::str_cat("protocol error: rendezvous ", id, " is already in flight"),
+                 progress);
 }
 
 std::string Peer::pull_unexpected_locked(size_t lane_index, Unexpected& u) {
