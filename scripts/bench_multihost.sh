@@ -6,7 +6,11 @@
 # RATE (e.g. 2gbit) shapes each host's link with tc's token bucket, as a real network between
 # hosts is slower than memory inside one; without it the hosts' veth link copies as fast as
 # shared memory, and only TCP's own overhead separates the two.
-# BACKENDS (default "auto tcp") picks the backends to run, in that order.
+# BACKENDS (default "auto tcp:halving_doubling") picks the backends to run, in that order; an
+# entry BACKEND:ALGO runs BACKEND with TDIST_ALGO=all_reduce=ALGO. A group that spans hosts
+# runs the hierarchical algorithms on every backend (collectives/selection.cc), tcp's too,
+# so flat TCP, as a job without tdist's hierarchy would run it, is tcp with the algorithm
+# flat selection picks for 4 ranks over TCP from 32 KiB up: tcp:halving_doubling.
 # Needs root and a build (scripts/build.sh). Usage:
 #   [RATE=2gbit] [BACKENDS="auto tcp"] bash scripts/bench_multihost.sh [HOSTS] [RANKS] [MIN_BYTES] [MAX_BYTES] [ITERS]
 set -euo pipefail
@@ -31,13 +35,16 @@ if [[ -n ${RATE:-} ]]; then
   done
 fi
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-for backend in ${BACKENDS:-auto tcp}; do
-  echo "## $backend, $hosts hosts x $ranks ranks${RATE:+, links shaped to $RATE}"
+for entry in ${BACKENDS:-auto tcp:halving_doubling}; do
+  backend=${entry%%:*}
+  algo=""
+  [[ $entry == *:* ]] && algo=all_reduce=${entry#*:}
+  echo "## $backend${algo:+ ($algo)}, $hosts hosts x $ranks ranks${RATE:+, links shaped to $RATE}"
   pids=()
   for ((i = 0; i < hosts; i++)); do
     out=/dev/null
     ((i == 0)) && out=/dev/stdout
-    timeout 600 "$netns" exec "$prefix" "$i" "$tdistrun" --nnodes "$hosts" --node-rank "$i" \
+    TDIST_ALGO=$algo timeout 600 "$netns" exec "$prefix" "$i" "$tdistrun" --nnodes "$hosts" --node-rank "$i" \
       --nproc-per-node "$ranks" --rdzv-endpoint "$master:29400" --rdzv-id "bench-$backend" \
       --rdzv-timeout 60 --no-python "$bench" --backend "$backend" --coll all_reduce \
       -b "$min" -e "$max" -f 4 -n "$iters" -w 5 -c 1 >>"$out" &  # >>: no truncation of a file

@@ -9,7 +9,6 @@
 // probe).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
