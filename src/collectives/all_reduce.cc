@@ -323,7 +323,62 @@ void recursive_doubling(const Ctx& ctx, const Vec& v) {
 // of 2(L-1); 32 KiB is where the flat all-reduce also leaves its latency algorithm) and
 // for unequal hosts: reduce to the host's leader, all-reduce among the leaders,
 // broadcast from the leader. Either way every rank ends with the same bits.
+// A large vector in the bandwidth form goes in segments (up to kMaxSegments, each of at
+// least kSegmentChunks chunks per local rank), overlapped by run_overlapped: segment k
+// crosses hosts while k+1 is reduce-scattered and k-1 all-gathered inside the host, so
+// neither the network nor the host's memory waits for the other (host memory only).
 constexpr size_t kHierarchicalShards = 32 * 1024;
+constexpr size_t kMaxSegments = 8;
+constexpr size_t kSegmentChunks = 4;
+
+size_t segments_for(const Ctx& ctx, size_t count, size_t es, int local_size) {
+  if (ctx.memory != MemoryKind::kHost) return 1;
+  const size_t segment_bytes = detail::chunk_bytes(ctx) * kSegmentChunks * local_size;
+  return std::clamp<size_t>(count * es / segment_bytes, 1, kMaxSegments);
+}
+
+// The bandwidth form on segment `seg` of the vector (offsets in elements): reduce-scatter
+// inside the host, all_reduce of this rank's shard with its column, all-gather.
+struct ShardedSegments {
+  const Ctx& ctx;
+  const detail::Hosts& hosts;
+  const void* send;
+  void* recv;
+  size_t count;
+  DType dtype;
+  ReduceOp op;
+  Blocks segments;
+  detail::SubComm intra{ctx.comm, hosts.mine(), 1};
+  detail::SubComm inter{ctx.comm, hosts.column(hosts.local), 2};
+  detail::SubComm gather{ctx.comm, hosts.mine(), 3};
+
+  size_t es() const { return dtype_size(dtype); }
+  Blocks shards(size_t seg) const {
+    return Blocks{segments.length(static_cast<int>(seg)), static_cast<int>(hosts.mine().size())};
+  }
+  uint8_t* shard(size_t seg) const {
+    return at(recv,
+              (segments.offset(static_cast<int>(seg)) + shards(seg).offset(hosts.local)) * es());
+  }
+  void reduce_inside(size_t seg) {
+    reduce_scatter_balanced(
+        detail::phase_ctx(ctx, intra), at(send, segments.offset(static_cast<int>(seg)) * es()),
+        shard(seg), segments.length(static_cast<int>(seg)), dtype, detail::first_phase_op(op));
+  }
+  void cross_hosts(size_t seg) {
+    const size_t length = shards(seg).length(hosts.local);
+    all_reduce(detail::phase_ctx(ctx, inter), shard(seg), shard(seg), length, dtype,
+               detail::later_phase_op(op));
+    detail::finish(ctx, shard(seg), length, dtype, op, ctx.comm.size());
+  }
+  void gather_inside(size_t seg) {
+    const Blocks b = shards(seg);
+    std::vector<size_t> bytes(static_cast<size_t>(b.parts));
+    for (int i = 0; i < b.parts; ++i) bytes[static_cast<size_t>(i)] = b.length(i) * es();
+    all_gatherv(detail::phase_ctx(ctx, gather), shard(seg),
+                at(recv, segments.offset(static_cast<int>(seg)) * es()), bytes);
+  }
+};
 
 void hierarchical(const Ctx& ctx, const void* send, void* recv, size_t count, DType dtype,
                   ReduceOp op) {
@@ -334,20 +389,18 @@ void hierarchical(const Ctx& ctx, const void* send, void* recv, size_t count, DT
   const int local_size = static_cast<int>(mine.size());
   if (hosts.uniform && local_size > 1 && count * es > kHierarchicalShards &&
       count >= static_cast<size_t>(local_size)) {
-    const Blocks blocks{count, local_size};
-    uint8_t* shard = at(recv, blocks.offset(hosts.local) * es);
-    const size_t length = blocks.length(hosts.local);
-    detail::SubComm intra(ctx.comm, mine, 1);
-    reduce_scatter_balanced(detail::phase_ctx(ctx, intra), send, shard, count, dtype,
-                            detail::first_phase_op(op));
-    detail::SubComm inter(ctx.comm, hosts.column(hosts.local), 2);
-    all_reduce(detail::phase_ctx(ctx, inter), shard, shard, length, dtype,
-               detail::later_phase_op(op));
-    detail::finish(ctx, shard, length, dtype, op, n);
-    std::vector<size_t> bytes(static_cast<size_t>(local_size));
-    for (int i = 0; i < local_size; ++i) bytes[static_cast<size_t>(i)] = blocks.length(i) * es;
-    detail::SubComm gather(ctx.comm, mine, 3);
-    all_gatherv(detail::phase_ctx(ctx, gather), shard, recv, bytes);
+    const size_t nseg = segments_for(ctx, count, es, local_size);
+    ShardedSegments s{ctx,   hosts, send, recv,
+                      count, dtype, op,   Blocks{count, static_cast<int>(nseg)}};
+    if (nseg == 1) {
+      s.reduce_inside(0);
+      s.cross_hosts(0);
+      s.gather_inside(0);
+    } else {
+      detail::run_overlapped(
+          ctx.comm, nseg, [&](size_t k) { s.reduce_inside(k); },
+          [&](size_t k) { s.cross_hosts(k); }, [&](size_t k) { s.gather_inside(k); });
+    }
     return;
   }
   const bool leader = hosts.local == 0;

@@ -2,9 +2,13 @@
 #include "collectives/hierarchy.h"
 
 #include <algorithm>
+#include <optional>
+#include <thread>
 #include <utility>
 
 #include "tdist/error.h"
+#include "tdist/thread_annotations.h"
+#include "transport/polling.h"
 
 namespace tdist::coll::detail {
 
@@ -117,6 +121,83 @@ ReduceOp later_phase_op(ReduceOp op) {
   return op.kind == ReduceOpKind::kAvg || op.kind == ReduceOpKind::kPremulSum
              ? ReduceOp(ReduceOpKind::kSum)
              : op;
+}
+
+namespace {
+
+// What the two threads of run_overlapped share.
+struct Overlap {
+  Mutex mu;
+  CondVar cv;
+  size_t ready TDIST_GUARDED_BY(mu) = 0;  // segments whose before() returned
+  size_t done TDIST_GUARDED_BY(mu) = 0;   // segments whose middle() returned
+  std::exception_ptr error TDIST_GUARDED_BY(mu);
+
+  // Records the first failure, aborts the Comm with it and wakes the other thread.
+  void fail(transport::Comm& comm, std::exception_ptr e) {
+    {
+      MutexLock lock(mu);
+      if (!error) error = e;
+    }
+    comm.abort(std::move(e));
+    cv.notify_all();
+  }
+  void advance(size_t Overlap::*counter, size_t value) {
+    {
+      MutexLock lock(mu);
+      this->*counter = value;
+    }
+    cv.notify_all();
+  }
+  // Waits until `counter` > k; false when a failure came first.
+  bool await(size_t Overlap::*counter, size_t k) {
+    MutexLock lock(mu);
+    while (this->*counter <= k && !error) cv.wait(mu);
+    return !error;
+  }
+  std::exception_ptr first_error() {
+    MutexLock lock(mu);
+    return error;
+  }
+};
+
+}  // namespace
+
+void run_overlapped(transport::Comm& comm, size_t n, const std::function<void(size_t)>& before,
+                    const std::function<void(size_t)>& middle,
+                    const std::function<void(size_t)>& after) {
+  if (n == 0) return;
+  Overlap overlap;
+  const bool background = transport::on_background_thread();
+  std::thread helper([&] {
+    std::optional<transport::BackgroundThread> mark;
+    if (background) mark.emplace();
+    try {
+      for (size_t k = 0; k < n; ++k) {
+        if (!overlap.await(&Overlap::ready, k)) return;
+        middle(k);
+        overlap.advance(&Overlap::done, k + 1);
+      }
+    } catch (...) {
+      overlap.fail(comm, std::current_exception());
+    }
+  });
+  try {
+    for (size_t k = 0; k <= n; ++k) {
+      if (k < n) {
+        before(k);
+        overlap.advance(&Overlap::ready, k + 1);
+      }
+      if (k >= 1) {
+        if (!overlap.await(&Overlap::done, k - 1)) break;
+        after(k - 1);
+      }
+    }
+  } catch (...) {
+    overlap.fail(comm, std::current_exception());
+  }
+  helper.join();
+  if (std::exception_ptr e = overlap.first_error()) std::rethrow_exception(e);
 }
 
 }  // namespace tdist::coll::detail

@@ -6,9 +6,12 @@
 // Hosts on their own.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collectives/coll_test_util.h"
@@ -396,6 +399,115 @@ TEST(HierarchicalFailure, MissingRankTimesOutAndAbortsOnEveryRank) {
       std::rethrow_exception(errors[r]);
     } catch (const TimeoutError&) {
     } catch (const PeerError&) {  // aborted by another rank's timeout first
+    }
+  }
+}
+
+// The bandwidth form in segments overlapped by run_overlapped (small chunks: 8 segments),
+// with 2 and 3 ranks per host, in place and not, and an op finished per segment (avg).
+TEST(HierarchicalPipeline, SegmentsMatchTheReference) {
+  for (const Layout& layout : {Layout{"2x2", 4, {0, 0, 1, 1}}, Layout{"2x3", 6, {0, 0, 0, 1, 1, 1}},
+                               Layout{"3x2_interleaved", 6, {0, 1, 2, 0, 1, 2}}}) {
+    SCOPED_TRACE(layout.name);
+    run_ranks_ok(layout.world, [&](transport::Comm& comm) {
+      comm.set_topology(transport::Topology{layout.host_of});
+      uint64_t seq = 0;
+      for (DType dtype : {DType::kF32, DType::kBF16}) {
+        for (ReduceOp op : {ReduceOp(ReduceOpKind::kSum), ReduceOp(ReduceOpKind::kAvg),
+                            ReduceOp(ReduceOpKind::kMax)}) {
+          for (bool in_place : {false, true}) {
+            check_all_reduce(comm, Ctx{comm, seq++, op_deadline(), testing::chunk_settings(256)},
+                             dtype, op, 40009, in_place);
+          }
+        }
+      }
+    });
+  }
+}
+
+TEST(HierarchicalPipeline, RunOverlappedKeepsThePhaseOrder) {
+  testing::MemWorld world(1);
+  testing::MemComm comm(world, 0);
+  std::mutex mu;
+  std::vector<std::string> events;
+  auto note = [&](const char* phase, size_t k) {
+    std::lock_guard<std::mutex> lock(mu);
+    events.push_back(phase + std::to_string(k));
+  };
+  const auto caller = std::this_thread::get_id();
+  std::atomic<bool> middle_on_caller{false};
+  detail::run_overlapped(
+      comm, 4, [&](size_t k) { note("b", k); },
+      [&](size_t k) {
+        if (std::this_thread::get_id() == caller) middle_on_caller = true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        note("m", k);
+      },
+      [&](size_t k) { note("a", k); });
+  EXPECT_FALSE(middle_on_caller);
+  auto index = [&](const std::string& e) {
+    return std::find(events.begin(), events.end(), e) - events.begin();
+  };
+  ASSERT_EQ(events.size(), 12U);
+  std::vector<std::string> caller_order;
+  for (const std::string& e : events) {
+    if (e[0] != 'm') caller_order.push_back(e);
+  }
+  EXPECT_EQ(caller_order,
+            (std::vector<std::string>{"b0", "b1", "a0", "b2", "a1", "b3", "a2", "a3"}));
+  for (size_t k = 0; k < 4; ++k) {
+    const std::string n = std::to_string(k);
+    EXPECT_LT(index("b" + n), index("m" + n));
+    EXPECT_LT(index("m" + n), index("a" + n));
+    if (k > 0) EXPECT_LT(index("m" + std::to_string(k - 1)), index("m" + n));
+  }
+}
+
+TEST(HierarchicalPipeline, AFailureOnEitherThreadIsRethrownAndAbortsTheComm) {
+  for (const bool in_middle : {true, false}) {
+    testing::MemWorld world(1);
+    testing::MemComm comm(world, 0);
+    std::atomic<int> afters{0};
+    std::atomic<int> middles{0};
+    auto boom = [](size_t k) { throw InvalidArgument("segment " + std::to_string(k)); };
+    try {
+      detail::run_overlapped(
+          comm, 5,
+          [&](size_t k) {
+            if (!in_middle && k == 2) boom(k);
+          },
+          [&](size_t k) {
+            ++middles;
+            if (in_middle && k == 1) boom(k);
+          },
+          [&](size_t) { ++afters; });
+      ADD_FAILURE() << "no exception";
+    } catch (const InvalidArgument& e) {
+      EXPECT_STREQ(e.what(), in_middle ? "segment 1" : "segment 2");
+    }
+    EXPECT_NE(comm.error(), nullptr);
+    // b0 b1 a0, then b2 fails, or the caller waits in vain for m1 before a1.
+    EXPECT_EQ(afters.load(), 1);
+    EXPECT_LE(middles.load(), 2);
+  }
+}
+
+TEST(HierarchicalFailure, MissingRankFailsEveryRankWhenPipelined) {
+  auto errors = run_ranks(4, [](transport::Comm& comm) {
+    comm.set_topology(transport::Topology{{0, 0, 1, 1}});
+    if (comm.rank() == 3) return;  // never joins
+    std::vector<float> data(100000, 1.0f);
+    all_reduce(Ctx{comm, 0, Deadline::after(std::chrono::milliseconds(300)),
+                   testing::chunk_settings(1024)},
+               data.data(), data.data(), data.size(), DType::kF32, ReduceOpKind::kSum,
+               Algorithm::kHierarchical);
+  });
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(errors[r]) << "rank " << r;
+    try {
+      std::rethrow_exception(errors[r]);
+    } catch (const TimeoutError&) {
+    } catch (const PeerError&) {
     }
   }
 }
