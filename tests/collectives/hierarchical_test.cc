@@ -459,7 +459,9 @@ TEST(HierarchicalPipeline, RunOverlappedKeepsThePhaseOrder) {
     const std::string n = std::to_string(k);
     EXPECT_LT(index("b" + n), index("m" + n));
     EXPECT_LT(index("m" + n), index("a" + n));
-    if (k > 0) EXPECT_LT(index("m" + std::to_string(k - 1)), index("m" + n));
+    if (k > 0) {
+      EXPECT_LT(index("m" + std::to_string(k - 1)), index("m" + n));
+    }
   }
 }
 
