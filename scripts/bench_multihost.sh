@@ -12,7 +12,8 @@
 # so flat TCP, as a job without tdist's hierarchy would run it, is tcp with the algorithm
 # flat selection picks for 4 ranks over TCP from 32 KiB up: tcp:halving_doubling.
 # Needs root and a build (scripts/build.sh). Usage:
-#   [RATE=2gbit] [BACKENDS="auto tcp"] bash scripts/bench_multihost.sh [HOSTS] [RANKS] [MIN_BYTES] [MAX_BYTES] [ITERS]
+#   [RATE=2gbit] [BACKENDS="auto tcp:halving_doubling"] bash scripts/bench_multihost.sh \
+#     [HOSTS] [RANKS] [MIN_BYTES] [MAX_BYTES] [ITERS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 hosts=${1:-2}
@@ -44,10 +45,11 @@ for entry in ${BACKENDS:-auto tcp:halving_doubling}; do
   for ((i = 0; i < hosts; i++)); do
     out=/dev/null
     ((i == 0)) && out=/dev/stdout
-    TDIST_ALGO=$algo timeout 600 "$netns" exec "$prefix" "$i" "$tdistrun" --nnodes "$hosts" --node-rank "$i" \
-      --nproc-per-node "$ranks" --rdzv-endpoint "$master:29400" --rdzv-id "bench-$backend" \
-      --rdzv-timeout 60 --no-python "$bench" --backend "$backend" --coll all_reduce \
-      -b "$min" -e "$max" -f 4 -n "$iters" -w 5 -c 1 >>"$out" &  # >>: no truncation of a file
+    # >> (append): reopening a redirected stdout with > would truncate it.
+    TDIST_ALGO=$algo timeout 600 "$netns" exec "$prefix" "$i" "$tdistrun" --nnodes "$hosts" \
+      --node-rank "$i" --nproc-per-node "$ranks" --rdzv-endpoint "$master:29400" \
+      --rdzv-id "bench-$backend" --rdzv-timeout 60 --no-python "$bench" --backend "$backend" \
+      --coll all_reduce -b "$min" -e "$max" -f 4 -n "$iters" -w 5 -c 1 >>"$out" &
     pids+=($!)
   done
   for pid in "${pids[@]}"; do wait "$pid"; done
