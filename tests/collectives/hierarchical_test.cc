@@ -488,8 +488,13 @@ TEST(HierarchicalPipeline, AFailureOnEitherThreadIsRethrownAndAbortsTheComm) {
       EXPECT_STREQ(e.what(), in_middle ? "segment 1" : "segment 2");
     }
     EXPECT_NE(comm.error(), nullptr);
-    // b0 b1 a0, then b2 fails, or the caller waits in vain for m1 before a1.
-    EXPECT_EQ(afters.load(), 1);
+    // b0 b1 a0, then b2 fails; or m1 fails, and the caller, waiting for m0 or m1, runs a0
+    // or not (a failure may stop it before) but never a1.
+    if (in_middle) {
+      EXPECT_LE(afters.load(), 1);
+    } else {
+      EXPECT_EQ(afters.load(), 1);
+    }
     EXPECT_LE(middles.load(), 2);
   }
 }
