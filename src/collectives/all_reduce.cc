@@ -344,7 +344,6 @@ struct ShardedSegments {
   const detail::Hosts& hosts;
   const void* send;
   void* recv;
-  size_t count;
   DType dtype;
   ReduceOp op;
   Blocks segments;
@@ -390,8 +389,7 @@ void hierarchical(const Ctx& ctx, const void* send, void* recv, size_t count, DT
   if (hosts.uniform && local_size > 1 && count * es > kHierarchicalShards &&
       count >= static_cast<size_t>(local_size)) {
     const size_t nseg = segments_for(ctx, count, es, local_size);
-    ShardedSegments s{ctx,   hosts, send, recv,
-                      count, dtype, op,   Blocks{count, static_cast<int>(nseg)}};
+    ShardedSegments s{ctx, hosts, send, recv, dtype, op, Blocks{count, static_cast<int>(nseg)}};
     if (nseg == 1) {
       s.reduce_inside(0);
       s.cross_hosts(0);
