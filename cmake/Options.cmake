@@ -22,3 +22,13 @@ if(TDIST_SANITIZE)
   endif()
   add_link_options(-fsanitize=${TDIST_SANITIZE})
 endif()
+
+# lld links a test program against the static libtdist (debug info included) in a third of
+# ld.bfd's time; about seventy programs per tree. C++ links only: nvcc does not take it.
+if(TDIST_USE_LLD)
+  include(CheckLinkerFlag)
+  check_linker_flag(CXX -fuse-ld=lld TDIST_HAVE_LLD)
+  if(TDIST_HAVE_LLD)
+    add_link_options("$<$<LINK_LANGUAGE:CXX>:-fuse-ld=lld>")
+  endif()
+endif()

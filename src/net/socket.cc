@@ -49,6 +49,15 @@ void set_nodelay(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  // best effort
 }
 
+void prepare_stream(int fd, size_t buffer_bytes) {
+  set_nonblocking(fd, true);
+  set_nodelay(fd);
+  if (buffer_bytes == 0) return;
+  const int size = static_cast<int>(std::min<size_t>(buffer_bytes, size_t{1} << 30));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));  // best effort
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+}
+
 Listener listen_tcp(const std::string& host, uint16_t port, int backlog) {
   std::string name = host == "0.0.0.0" ? std::string() : host;
   std::vector<SocketAddress> addresses = resolve(name, port, /*passive=*/true);

@@ -47,6 +47,10 @@ Fd connect_tcp(const std::string& host, uint16_t port, Deadline deadline);
 
 void set_nodelay(int fd);
 
+// A socket for a transport channel: non-blocking, TCP_NODELAY, and where `buffer_bytes` > 0
+// send and receive buffers of that size (at most 1 GiB; best effort: the kernel may cap it).
+void prepare_stream(int fd, size_t buffer_bytes);
+
 // Waits until fd is ready for `events` (POLLIN/POLLOUT); false when the deadline passed.
 bool wait_fd(int fd, short events, Deadline deadline);
 

@@ -3,7 +3,6 @@
 
 #include <sys/socket.h>
 
-#include <algorithm>
 #include <cerrno>
 
 #include "net/socket.h"
@@ -13,13 +12,7 @@ namespace tdist::transport::tcp {
 
 TcpChannel::TcpChannel(net::Fd fd, std::string address, size_t socket_buffer_bytes)
     : fd_(std::move(fd)), address_(std::move(address)) {
-  net::set_nonblocking(fd_.get(), true);
-  net::set_nodelay(fd_.get());
-  if (socket_buffer_bytes > 0) {
-    int size = static_cast<int>(std::min<size_t>(socket_buffer_bytes, 1 << 30));
-    ::setsockopt(fd_.get(), SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));  // best effort
-    ::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
-  }
+  net::prepare_stream(fd_.get(), socket_buffer_bytes);
 }
 
 size_t TcpChannel::write(const iovec* iov, size_t count, std::string* lost) {

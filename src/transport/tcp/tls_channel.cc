@@ -31,13 +31,7 @@ TlsChannel::TlsChannel(net::Fd fd, std::unique_ptr<net::tls::Session> session, s
       address_(std::move(address)),
       session_(std::move(session)),
       staging_(kRecordBytes) {
-  net::set_nonblocking(fd_.get(), true);
-  net::set_nodelay(fd_.get());
-  if (socket_buffer_bytes > 0) {
-    int size = static_cast<int>(std::min<size_t>(socket_buffer_bytes, 1 << 30));
-    ::setsockopt(fd_.get(), SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));  // best effort
-    ::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
-  }
+  net::prepare_stream(fd_.get(), socket_buffer_bytes);
 }
 
 size_t TlsChannel::write(const iovec* iov, size_t count, std::string* lost) {
