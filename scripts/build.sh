@@ -1,19 +1,30 @@
 #!/usr/bin/env bash
-# Configures and builds tdist (release with debug info, warnings as errors).
-# Usage: bash scripts/build.sh [extra cmake args]
-#          build/, everything, against the LibTorch CMake finds (Debian's 1.13)
+# Configures and builds tdist (release with line-table debug info, warnings as errors).
+# Usage: bash scripts/build.sh [--target NAME]... [extra cmake args]
+#          build/, everything (or only the named targets), against the LibTorch CMake finds
+#          (Debian's 1.13)
 #        bash scripts/build.sh --torch2 [extra cmake args]
 #          build-torch2/, against the LibTorch inside the `python3` on PATH's torch package
 #          (PyPI's 2.x; needs a CUDA toolkit for its TorchConfig), only what the LibTorch
 #          checks need (target torch_checks; then: ctest --test-dir build-torch2 -L '^torch$')
+# The trees are RelWithDebInfo at -O2 with -g1 (line tables and functions: backtraces and
+# profiles, in about three quarters of -g's compile time); a tree for a debugger is plain
+# cmake (the README's "Building and installing"). Ninja builds a new tree where present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Every CPU this may use (plain nproc honours OMP_NUM_THREADS, which test runs set to 1).
 jobs=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 # With ccache, the second tree takes the first's objects of everything outside the LibTorch
 # part (scripts/run_tests.sh sets CCACHE_BASEDIR and CCACHE_NOHASHDIR so paths match).
-launcher=()
-if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+common=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DTDIST_WERROR=ON
+        "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
+        "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG")
+if command -v ccache >/dev/null; then common+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+# Ninja for a new tree (a tree made by another generator keeps it): it starts the next
+# compile as soon as a core is free, across targets, where make waits per target.
+generator() {
+  if [[ ! -f $1/CMakeCache.txt ]] && command -v ninja >/dev/null; then echo "-GNinja"; fi
+}
 if [[ ${1:-} == --torch2 ]]; then
   shift
   torch_dir=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null) ||
@@ -32,12 +43,16 @@ if [[ ${1:-} == --torch2 ]]; then
     nccl=(-DNCCL_INCLUDE_DIR="$nccl_dir/include" -DNCCL_LIBRARY="$nccl_dir/lib/libnccl.so.2")
   fi
   # The package folder itself too, so that TorchConfig takes its libtorch.so, not Debian's.
-  cmake -S . -B build-torch2 -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTDIST_WERROR=ON \
+  cmake $(generator build-torch2) -S . -B build-torch2 "${common[@]}" \
     -DTDIST_BUILD_BENCHMARKS=OFF -DCMAKE_PREFIX_PATH="$torch_dir/share/cmake;$torch_dir" \
-    "${nccl[@]}" "${launcher[@]}" "$@" >/dev/null
+    "${nccl[@]}" "$@" >/dev/null
   cmake --build build-torch2 -j"$jobs" --target torch_checks
   exit 0
 fi
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTDIST_WERROR=ON "${launcher[@]}" "$@" \
-  >/dev/null
-cmake --build build -j"$jobs"
+targets=()
+while [[ ${1:-} == --target ]]; do
+  targets+=(--target "$2")
+  shift 2
+done
+cmake $(generator build) -S . -B build "${common[@]}" "$@" >/dev/null
+cmake --build build -j"$jobs" "${targets[@]}"

@@ -15,10 +15,11 @@ set -euo pipefail
 # openssl: certificates for the multi-host TLS scenarios.
 # ccache: the build trees share what they compile alike (scripts/build.sh uses it when present).
 # lld: the linker the trees use where it is present (TDIST_USE_LLD): a third of ld.bfd's time.
+# ninja-build: the generator of the scripts' build trees (it keeps both cores compiling).
 packages=(build-essential cmake pkg-config clang libgtest-dev libgmock-dev libbenchmark-dev
           libssl-dev iproute2 python3-torch zlib1g-dev libtorch-dev libopenblas0-pthread
           dataset-fashion-mnist libopenmpi-dev openmpi-bin pybind11-dev python3-pytest
-          nlohmann-json3-dev libclang-rt-14-dev ccache openssl lld)
+          nlohmann-json3-dev libclang-rt-14-dev ccache openssl lld ninja-build)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -16,10 +16,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -52,6 +54,11 @@ Servers& servers() {
   std::abort();
 }
 
+[[noreturn]] void fail_errno(const char* what) {
+  std::fprintf(stderr, "fuzz_store_frames: %s: %s\n", what, std::strerror(errno));
+  std::abort();
+}
+
 // A real client's set, add and get go through.
 void check_serving(uint16_t port, bool with_token) {
   tdist::TCPStoreOptions options;
@@ -66,16 +73,31 @@ void check_serving(uint16_t port, bool with_token) {
 }
 
 // Writes `data` on a fresh connection, shuts the write side and reads until the server
-// closes the connection.
+// closes the connection. The client shuts first, so each connection leaves a TIME_WAIT
+// socket here for a minute: at thousands of inputs a second one source address would run
+// out of ephemeral ports (28k), all the more beside other tests that connect. So the
+// connections come from 127.0.0.2-251 in turn, the port chosen at connect() per address
+// (IP_BIND_ADDRESS_NO_PORT).
 void send_and_drain(uint16_t port, const uint8_t* data, size_t size) {
+  static unsigned next_source = 0;
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) fail("socket failed");
+  if (fd < 0) fail_errno("socket failed");
+  const int one = 1;
+  if (::setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one)) != 0) {
+    fail_errno("setsockopt(IP_BIND_ADDRESS_NO_PORT) failed");
+  }
+  sockaddr_in source{};
+  source.sin_family = AF_INET;
+  source.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1 + (next_source++ % 250));
+  if (::bind(fd, reinterpret_cast<const sockaddr*>(&source), sizeof(source)) != 0) {
+    fail_errno("bind to a loopback source address failed");
+  }
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(port);
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
-    fail("connect to the server failed");
+    fail_errno("connect to the server failed");
   }
   size_t sent = 0;
   while (sent < size) {
