@@ -11,9 +11,11 @@
 # (build-tsan/, only those suites) runs the store, transport and pg suites; where a GPU is
 # visible, scripts/gpu_check.sh runs the nccl backend's GPU tests (build-gpu/).
 # Tests run TDIST_TEST_JOBS at a time (default: one per CPU): each gtest test is its own
-# process, most of them wait more than they compute. The sanitizer trees run the pg suites
-# over tcp and shm: `auto` on one host is the shm channels through the same connect_comm and
-# engine (the g++ tree runs all three). Each stage prints how long the run has taken so
+# process, most of them wait more than they compute. The ASan tree runs the pg suites over
+# tcp and shm: `auto` on one host is the shm channels through the same connect_comm and
+# engine (the g++ tree runs all three). The TSan tree runs them over tcp: the threads of the
+# pg layer are the same over every transport, and each transport's own threads are in the
+# transport label's conformance suites, which run every case over every transport. Each stage prints how long the run has taken so
 # far, and the run ends with a table of every stage's minutes.
 # Usage: bash scripts/run_tests.sh   (TDIST_SKIP_CLANG=1, TDIST_SKIP_TORCH2=1,
 #        TDIST_SKIP_TSAN=1 leave those out)
@@ -70,10 +72,11 @@ asan_env=(ASAN_OPTIONS=detect_leaks=1:halt_on_error=1
 tsan_env=(TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp)
 # Sanitized trees leave LibTorch out (its tests run in the g++ trees).
 # -O1 and line tables only: what the sanitizers' reports need (file:line in every frame),
-# compiled in about two thirds of -O2 -g's time.
+# compiled in about two thirds of -O2 -g's time; libtdist and tdistrun's as unity builds.
+san_flags="-O1 -gline-tables-only -DNDEBUG"
 san_cmake=(-DTDIST_WERROR=ON -DCMAKE_DISABLE_FIND_PACKAGE_Torch=ON -DTDIST_BUILD_BENCHMARKS=OFF
-           -DTDIST_BUILD_EXAMPLES=OFF "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only -DNDEBUG"
-           "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only -DNDEBUG")
+           -DTDIST_BUILD_EXAMPLES=OFF "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$san_flags"
+           "-DCMAKE_C_FLAGS_RELWITHDEBINFO=$san_flags" -DTDIST_UNITY_BUILD=ON)
 if command -v ccache >/dev/null; then san_cmake+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 # Ninja where present (scripts/build.sh says why); a tree made with another generator keeps it.
 generator() {
@@ -112,12 +115,12 @@ bash scripts/test_python.sh torch1 || failed $? "Python package on torch 1.13"
 if [ "${TDIST_SKIP_TSAN:-0}" != 1 ]; then
   stage "clang TSan build of the store, transport and pg suites"
   CXX=clang++ CC=clang cmake $(generator build-tsan) -S . -B build-tsan "${san_cmake[@]}" \
-    -DTDIST_SANITIZE=thread \
-    -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON >/dev/null
+    -DTDIST_SANITIZE=thread -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON >/dev/null
   cmake --build build-tsan -j"$jobs" --target tests_store tests_transport tests_pg >/dev/null
   stage "TSan tests: store, transport, pg"
   env "${tsan_env[@]}" ctest --test-dir build-tsan -L '^(store|transport|pg)$' \
-    -E '^pg_[a-z0-9_]+_auto[.]' -j"$test_jobs" --output-on-failure || failed $? "TSan tests" build-tsan
+    -E '^pg_[a-z0-9_]+_(auto|shm)[.]' -j"$test_jobs" --output-on-failure ||
+    failed $? "TSan tests" build-tsan
 fi
 stage "GPU checks (scripts/gpu_check.sh: build-gpu/; skipped where no GPU is visible)"
 bash scripts/gpu_check.sh || failed $? "GPU checks" build-gpu

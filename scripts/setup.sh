@@ -16,10 +16,12 @@ set -euo pipefail
 # ccache: the build trees share what they compile alike (scripts/build.sh uses it when present).
 # lld: the linker the trees use where it is present (TDIST_USE_LLD): a third of ld.bfd's time.
 # ninja-build: the generator of the scripts' build trees (it keeps both cores compiling).
+# python3-pytest-xdist: the Python tests one per CPU at a time (scripts/test_python.sh).
 packages=(build-essential cmake pkg-config clang libgtest-dev libgmock-dev libbenchmark-dev
           libssl-dev iproute2 python3-torch zlib1g-dev libtorch-dev libopenblas0-pthread
           dataset-fashion-mnist libopenmpi-dev openmpi-bin pybind11-dev python3-pytest
-          nlohmann-json3-dev libclang-rt-14-dev ccache openssl lld ninja-build)
+          nlohmann-json3-dev libclang-rt-14-dev ccache openssl lld ninja-build
+          python3-pytest-xdist)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -47,5 +49,7 @@ else
   python3 -m pip install -q --root-user-action=ignore "torch==$torch_version" numpy
 fi
 python3 -c 'import numpy' 2>/dev/null || python3 -m pip install -q --root-user-action=ignore numpy
-# pytest runs the Python package's tests (tests/python).
+# pytest runs the Python package's tests (tests/python), pytest-xdist several at a time.
 python3 -c 'import pytest' 2>/dev/null || python3 -m pip install -q --root-user-action=ignore pytest
+python3 -c 'import xdist' 2>/dev/null ||
+  python3 -m pip install -q --root-user-action=ignore pytest-xdist

@@ -16,11 +16,17 @@ which=${1:-all}
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE=1
 export TDIST_TDISTRUN=$PWD/build/tools/tdistrun
 status=0
+# pytest_args PYTHON: one test per CPU at a time where pytest-xdist is there (each test's
+# ranks meet through a file:// rendezvous of its own, or tdistrun on port 0).
+pytest_args() {
+  echo -q -p no:cacheprovider
+  if "$1" -c 'import xdist' 2>/dev/null; then echo -n "$jobs"; fi
+}
 
 if [[ $which == all || $which == torch2 ]]; then
   echo "== Python package on torch $(python3 -c 'import torch; print(torch.__version__)'): pip install ."
   TDIST_CMAKE_BUILD_DIR=$PWD/build-torch2 python3 -m pip install -q --root-user-action=ignore .
-  (cd tests/python && python3 -m pytest -q -p no:cacheprovider) || status=$?
+  (cd tests/python && python3 -m pytest $(pytest_args python3)) || status=$?
 fi
 
 if [[ $which == all || $which == torch1 ]]; then
@@ -34,6 +40,6 @@ if [[ $which == all || $which == torch1 ]]; then
   pkg=build/python-package
   rm -rf "$pkg" && mkdir -p "$pkg/tdist"
   cp python/tdist/*.py "$pkg/tdist/" && cp build/src/python/_C*.so "$pkg/tdist/"
-  (cd tests/python && PYTHONPATH=$PWD/../../$pkg $py -m pytest -q -p no:cacheprovider) || status=$?
+  (cd tests/python && PYTHONPATH=$PWD/../../$pkg $py -m pytest $(pytest_args $py)) || status=$?
 fi
 exit "$status"

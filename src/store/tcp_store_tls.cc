@@ -27,7 +27,7 @@
 
 namespace tdist::store_internal {
 
-using Status = net::tls::Session::Status;
+using TlsStatus = net::tls::Session::Status;
 
 std::shared_ptr<const net::tls::Context> tls_context(const std::optional<TlsFiles>& files) {
   if (!files) return net::tls::Context::from_settings();
@@ -50,17 +50,17 @@ ConnectionIo from_session(const net::tls::Session& session, net::tls::Session::I
   using Kind = ConnectionIo::Kind;
   ConnectionIo io;
   switch (r.status) {
-    case Status::kOk:
+    case TlsStatus::kOk:
       io.bytes = r.bytes;
       return io;
-    case Status::kWantRead:
-    case Status::kWantWrite:
+    case TlsStatus::kWantRead:
+    case TlsStatus::kWantWrite:
       io.kind = Kind::kAgain;
       return io;
-    case Status::kClosed:
+    case TlsStatus::kClosed:
       io.kind = Kind::kClosed;
       return io;
-    case Status::kFailed:
+    case TlsStatus::kFailed:
       break;
   }
   io.kind = Kind::kFailed;
@@ -74,8 +74,8 @@ ConnectionIo from_session(const net::tls::Session& session, net::tls::Session::I
 ConnectionIo StoreServer::receive(Connection& c, void* data, size_t size) {
   if (c.tls) {
     const net::tls::Session::Io r = c.tls->read(data, size);
-    c.tls_read_wants_write = r.status == Status::kWantWrite;
-    c.tls_ended = r.status == Status::kClosed || r.status == Status::kFailed;
+    c.tls_read_wants_write = r.status == TlsStatus::kWantWrite;
+    c.tls_ended = r.status == TlsStatus::kClosed || r.status == TlsStatus::kFailed;
     return from_session(*c.tls, r);
   }
   ConnectionIo io;
@@ -101,8 +101,8 @@ ConnectionIo StoreServer::receive(Connection& c, void* data, size_t size) {
 ConnectionIo StoreServer::send(Connection& c, const void* data, size_t size) {
   if (c.tls) {
     const net::tls::Session::Io r = c.tls->write(data, size);
-    c.tls_write_wants_read = r.status == Status::kWantRead;
-    c.tls_ended = r.status == Status::kClosed || r.status == Status::kFailed;
+    c.tls_write_wants_read = r.status == TlsStatus::kWantRead;
+    c.tls_ended = r.status == TlsStatus::kClosed || r.status == TlsStatus::kFailed;
     return from_session(*c.tls, r);
   }
   ConnectionIo io;
@@ -153,15 +153,15 @@ bool StoreServer::advance_tls(Connection& c) {
     c.tls->release_idle_buffers();  // thousands of idle clients keep no TLS buffers
     c.tls_state = Tls::kHandshake;
   }
-  const Status status = c.tls->handshake();
-  if (status == Status::kOk) {
+  const TlsStatus status = c.tls->handshake();
+  if (status == TlsStatus::kOk) {
     c.tls_state = Tls::kUp;
     update_interest(c);
     TDIST_LOG(kTrace) << "TCPStore server: TLS handshake with " << c.peer << " done";
     return true;
   }
-  if (status == Status::kWantRead || status == Status::kWantWrite) {
-    c.handshake_events = status == Status::kWantRead ? EPOLLIN : EPOLLOUT;
+  if (status == TlsStatus::kWantRead || status == TlsStatus::kWantWrite) {
+    c.handshake_events = status == TlsStatus::kWantRead ? EPOLLIN : EPOLLOUT;
     update_interest(c);
     return true;
   }
@@ -263,14 +263,14 @@ void StoreServer::tell_refused_tls(Connection& c, const std::string& why) {
       .finish();
   for (size_t done = 0; done < bytes.size();) {  // best effort, never blocking
     const net::tls::Session::Io r = c.tls->write(bytes.data() + done, bytes.size() - done);
-    if (r.status != Status::kOk) break;
+    if (r.status != TlsStatus::kOk) break;
     done += r.bytes;
   }
   c.tls->shutdown();
   c.tls_ended = true;
   ::shutdown(c.fd.get(), SHUT_WR);
   uint8_t drain[4096];  // as net::end_sending, through the session
-  for (int i = 0; i < 16 && c.tls->read(drain, sizeof(drain)).status == Status::kOk; ++i) {
+  for (int i = 0; i < 16 && c.tls->read(drain, sizeof(drain)).status == TlsStatus::kOk; ++i) {
   }
 }
 

@@ -1,12 +1,25 @@
 // The table of tdistrun's flags, shared by the parser (options.cc) and --help
-// (options_help.cc). Internal to the launcher; constant data, thread-safe.
+// (options_help.cc), and the splitting both do. Internal to the launcher; constant data,
+// thread-safe.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <string_view>
+#include <vector>
 
 namespace tdist::launcher::flags {
+
+// `s` cut at every `sep`: n separators give n + 1 fields, empty ones included.
+inline std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  for (size_t start = 0;;) {
+    size_t end = s.find(sep, start);
+    out.push_back(s.substr(start, end - start));
+    if (end == std::string_view::npos) return out;
+    start = end + 1;
+  }
+}
 
 enum class Kind { kValue, kSwitch, kHelp, kHelpEnv, kVersion };
 

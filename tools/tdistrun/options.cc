@@ -179,16 +179,6 @@ std::optional<bool> to_bool(std::string s) {
   return std::nullopt;
 }
 
-std::vector<std::string_view> split(std::string_view s, char sep) {
-  std::vector<std::string_view> out;
-  for (size_t start = 0;;) {
-    size_t end = s.find(sep, start);
-    out.push_back(s.substr(start, end - start));
-    if (end == std::string_view::npos) return out;
-    start = end + 1;
-  }
-}
-
 int online_cores() { return static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN))); }
 
 int parse_nproc(const Value& v) {

@@ -16,16 +16,6 @@ namespace {
 
 using namespace flags;
 
-std::vector<std::string_view> split(std::string_view s, char sep) {
-  std::vector<std::string_view> out;
-  for (size_t start = 0;;) {
-    size_t end = s.find(sep, start);
-    out.push_back(s.substr(start, end - start));
-    if (end == std::string_view::npos) return out;
-    start = end + 1;
-  }
-}
-
 // Appends `text` word-wrapped to kWidth columns from column `indent`; the current line
 // already holds `column` characters (a label), and text too close to it starts a new line.
 void append_wrapped(std::string& out, std::string_view text, size_t indent, size_t column) {
