@@ -42,7 +42,8 @@ inline const std::string kBinDir = TDIST_TEST_BIN_DIR;
 inline const std::string kEnvWorker = kBinDir + "/launcher_env_worker";
 inline const std::string kFlakyWorker = kBinDir + "/launcher_flaky_worker";
 inline const std::string kEchoWorker = kBinDir + "/launcher_echo_worker";
-inline const fs::path kPyDir = fs::path(__FILE__).parent_path() / "py";
+// Absolute (Ninja names sources relative to the build tree, so __FILE__ would be relative).
+inline const fs::path kPyDir = fs::path(TDIST_TEST_SOURCE_DIR) / "py";
 
 // A whole job normally takes well under a second; this only bounds a hang.
 inline constexpr auto kJobLimit = 15s;
