@@ -97,11 +97,24 @@ void send_and_drain(uint16_t port, const uint8_t* data, size_t size) {
   address.sin_port = htons(port);
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
-    fail_errno("connect to the server failed");
+    // libFuzzer's timer (SIGALRM) interrupts a connect that waits, as one does when a busy
+    // server's backlog is full; the connection goes on, so wait for its outcome.
+    if (errno != EINTR) fail_errno("connect to the server failed");
+    pollfd p{fd, POLLOUT, 0};
+    int ready;
+    do {
+      ready = ::poll(&p, 1, kCloseTimeoutMs);
+    } while (ready < 0 && errno == EINTR);
+    int error = 0;
+    socklen_t length = sizeof(error);
+    if (ready <= 0 || ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0 || error != 0) {
+      fail("connect to the server failed after an interruption");
+    }
   }
   size_t sent = 0;
   while (sent < size) {
     const ssize_t n = ::send(fd, data + sent, size - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // the server closed early (it refused a frame): fine
     sent += static_cast<size_t>(n);
   }
@@ -113,10 +126,11 @@ void send_and_drain(uint16_t port, const uint8_t* data, size_t size) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     pollfd p{fd, POLLIN, 0};
-    if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) == 0) {
-      fail("the server did not close a connection whose client had finished");
-    }
-    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    const int ready = left.count() <= 0 ? 0 : ::poll(&p, 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) fail("the server did not close a connection whose client had finished");
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n <= 0) break;  // closed (or reset)
   }
   ::close(fd);
