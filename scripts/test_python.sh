@@ -19,8 +19,8 @@ status=0
 # pytest_args PYTHON: one test per CPU at a time where pytest-xdist is there (each test's
 # ranks meet through a file:// rendezvous of its own, or tdistrun on port 0).
 pytest_args() {
-  echo -q -p no:cacheprovider
-  if "$1" -c 'import xdist' 2>/dev/null; then echo -n "$jobs"; fi
+  printf '%s\n' -q -p no:cacheprovider
+  if "$1" -c 'import xdist' 2>/dev/null; then printf '%s\n' -n "$jobs"; fi
 }
 
 if [[ $which == all || $which == torch2 ]]; then
