@@ -9,7 +9,7 @@
 #          checks need (target torch_checks; then: ctest --test-dir build-torch2 -L '^torch$')
 # The trees are RelWithDebInfo at -O2 with -g1 (line tables and functions: backtraces and
 # profiles, in about three quarters of -g's compile time), the tests' own sources at -O0
-# without debug info, libtdist and tdistrun's library as unity builds; a tree for a
+# without debug info, libtdist, tdistrun's library and tdist_torch as unity builds; a tree for a
 # debugger is plain cmake (the README's "Building and installing"). Ninja builds a new tree
 # where present.
 set -euo pipefail
@@ -24,9 +24,9 @@ common=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DTDIST_WERROR=ON
         -DTDIST_UNITY_BUILD=ON)
 if command -v ccache >/dev/null; then
   common+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-  # LibTorch's precompiled headers (src/torch, tests/torch) and the sources that use them
-  # cached too (about 60 compiles of 15-60 s across the two trees): ccache hashes a .gch
-  # only with GCC's -fpch-preprocess and this sloppiness.
+  # The precompiled headers (LibTorch's in src/torch and tests/torch, gtest's in tests/)
+  # and the sources that use them cached too: ccache hashes a .gch only with GCC's
+  # -fpch-preprocess and this sloppiness.
   export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
   common+=(-DCMAKE_CXX_FLAGS=-fpch-preprocess)
 fi

@@ -15,8 +15,9 @@
 # tcp and shm: `auto` on one host is the shm channels through the same connect_comm and
 # engine (the g++ tree runs all three). The TSan tree runs them over tcp: the threads of the
 # pg layer are the same over every transport, and each transport's own threads are in the
-# transport label's conformance suites, which run every case over every transport. Each stage prints how long the run has taken so
-# far, and the run ends with a table of every stage's minutes.
+# transport label's conformance suites, which run every case over every transport. Each
+# stage prints how long the run has taken so far, and the run ends with a table of every
+# stage's minutes.
 # Usage: bash scripts/run_tests.sh   (TDIST_SKIP_CLANG=1, TDIST_SKIP_TORCH2=1,
 #        TDIST_SKIP_TSAN=1 leave those out)
 set -euo pipefail
@@ -47,8 +48,10 @@ jobs=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 test_jobs=${TDIST_TEST_JOBS:-$jobs}
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 # ccache (scripts/build.sh): paths relative to the checkout and the build folder left out of
-# the hash, so build-torch2/ reuses build/'s objects.
+# the hash, so build-torch2/ reuses build/'s objects; the sources that use a precompiled
+# header cached too (every test's gtest one, tests/CMakeLists.txt), as build.sh says.
 export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
+export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
 status=0
 # A failed stage is recorded with, for a ctest run, the tests that failed (ctest's own list),
 # and all of it is repeated at the end: the run's last lines say what failed, even where
