@@ -16,7 +16,7 @@
 
 #include "collectives_test_util.h"
 
-namespace tdist::torch::coll_test {
+namespace tdist::torch::coll_test::collectives_test {
 namespace {
 
 INSTANTIATE_TEST_SUITE_P(Worlds, CollectivesTest, ::testing::Values(1, 2, 3, 4),
@@ -306,4 +306,4 @@ TEST_P(CollectivesTest, AllToAllSingleEvenAndWithSplitSizes) {
 }
 
 }  // namespace
-}  // namespace tdist::torch::coll_test
+}  // namespace tdist::torch::coll_test::collectives_test

@@ -2,8 +2,8 @@
 // point-to-point with tags, barrier, async forms (copy-back inside wait/is_completed, a
 // bounded wait that times out, dropped Works), sub-groups and the default group, bad
 // input, which must fail before anything is sent (the group still works after), and
-// tensors with autograd state or lazily negated views. Part of the torch_collectives_test
-// binary (collectives_test.cc instantiates the world sizes of CollectivesTest).
+// tensors with autograd state or lazily negated views. With collectives_test.cc, part of
+// torch_test (collectives_test.cc instantiates the world sizes of CollectivesTest).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -20,7 +20,7 @@
 #include "tdist/hash_store.h"
 #include "tdist/torch/collectives.h"
 
-namespace tdist::torch::coll_test {
+namespace tdist::torch::coll_test::collectives_test_usage {
 namespace {
 
 // ---- point-to-point, barrier, async ---------------------------------------------------
@@ -305,4 +305,4 @@ TEST(CollectivesTensorKindsTest, GradLeavesInferenceTensorsAndNegatedViews) {
 }
 
 }  // namespace
-}  // namespace tdist::torch::coll_test
+}  // namespace tdist::torch::coll_test::collectives_test_usage

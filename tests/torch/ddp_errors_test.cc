@@ -14,7 +14,7 @@
 #include "tdist/torch/comm_hooks.h"
 #include "tdist/torch/ddp.h"
 
-namespace tdist::torch {
+namespace tdist::torch::ddp_errors_test {
 namespace {
 
 using pg_test::ThreadWorld;
@@ -181,4 +181,4 @@ TEST_F(DdpErrorTest, CommHookOnlyBeforeTheFirstSynchronizedPass) {
 }
 
 }  // namespace
-}  // namespace tdist::torch
+}  // namespace tdist::torch::ddp_errors_test

@@ -20,7 +20,7 @@
 #include "tdist/error.h"
 #include "tdist/torch/comm_hooks.h"
 
-namespace tdist::torch {
+namespace tdist::torch::ddp_test {
 namespace {
 
 using pg_test::ThreadWorld;
@@ -595,4 +595,4 @@ TEST_P(DdpTest, PowerSgdConverges) {
 }
 
 }  // namespace
-}  // namespace tdist::torch
+}  // namespace tdist::torch::ddp_test

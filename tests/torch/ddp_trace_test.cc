@@ -21,7 +21,7 @@
 #include "pg/pg_test_util.h"
 #include "tdist/torch/ddp.h"
 
-namespace tdist::torch {
+namespace tdist::torch::ddp_trace_test {
 namespace {
 
 using nlohmann::json;
@@ -145,4 +145,4 @@ TEST(DdpTrace, EveryBucketIsReadyThenLaunchedUntilItsWorkEnds) {
 }
 
 }  // namespace
-}  // namespace tdist::torch
+}  // namespace tdist::torch::ddp_trace_test

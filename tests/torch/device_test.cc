@@ -12,7 +12,7 @@
 #include "tdist/torch/collectives.h"
 #include "torch/collectives_test_util.h"
 
-namespace tdist::torch {
+namespace tdist::torch::device_test {
 namespace {
 
 using ::torch::Tensor;
@@ -82,4 +82,4 @@ TEST(DeviceTest, MetaTensorsAreRefusedNamingTheDevice) {
 }
 
 }  // namespace
-}  // namespace tdist::torch
+}  // namespace tdist::torch::device_test

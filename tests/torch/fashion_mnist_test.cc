@@ -20,7 +20,7 @@
 
 #include "tdist/error.h"
 
-namespace tdist::torch {
+namespace tdist::torch::fashion_mnist_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -245,4 +245,4 @@ TEST_F(FashionMNISTFiles, RejectsBadLabelsAndCountMismatch) {
 }
 
 }  // namespace
-}  // namespace tdist::torch
+}  // namespace tdist::torch::fashion_mnist_test

@@ -22,7 +22,7 @@
 #include "tdist/rendezvous.h"
 #include "torch_test_paths.h"
 
-namespace tdist::torch {
+namespace tdist::torch::sampler_test {
 namespace {
 
 // The table tests/torch/py/sampler_indices.py prints; the two must agree.
@@ -366,4 +366,4 @@ TEST(DistributedSampler, DefaultsComeFromTheDefaultProcessGroup) {
 }
 
 }  // namespace
-}  // namespace tdist::torch
+}  // namespace tdist::torch::sampler_test
