@@ -10,8 +10,9 @@
 # and its pytest suite runs on both PyTorches (scripts/test_python.sh); last, a TSan build
 # (build-tsan/, only those suites) runs the store, transport and pg suites; where a GPU is
 # visible, scripts/gpu_check.sh runs the nccl backend's GPU tests (build-gpu/).
-# Tests run TDIST_TEST_JOBS at a time (default: one per CPU): each gtest test is its own
-# process, most of them wait more than they compute. The ASan tree runs the pg suites over
+# Tests run TDIST_TEST_JOBS at a time (default: two per CPU in the g++ trees, whose tests
+# wait more than they compute, one in the sanitizer trees, whose tests compute): each
+# gtest test is its own process. The ASan tree runs the pg suites over
 # tcp and shm: `auto` on one host is the shm channels through the same connect_comm and
 # engine (the g++ tree runs all three). The TSan tree runs them over tcp: the threads of the
 # pg layer are the same over every transport, and each transport's own threads are in the
@@ -42,10 +43,13 @@ stage_table() {
 stage "setup: Debian packages and PyPI's torch (scripts/setup.sh)"
 bash scripts/setup.sh
 # Compile jobs: every CPU this run may use. Not `nproc` once OMP_NUM_THREADS=1 is set below:
-# nproc honours it and would say 1. Tests: as many at a time (the network-namespace tests
-# take the whole machine: CTest's RUN_SERIAL, tests/launcher/CMakeLists.txt).
+# nproc honours it and would say 1. Tests: as many at a time under a sanitizer (the CPUs
+# were 90% busy), twice as many in the g++ trees (68% busy at one per CPU; two per CPU
+# took the suite from 305 to 245 s). The network-namespace tests take the whole machine
+# (CTest's RUN_SERIAL, tests/launcher/CMakeLists.txt).
 jobs=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 test_jobs=${TDIST_TEST_JOBS:-$jobs}
+plain_test_jobs=${TDIST_TEST_JOBS:-$((2 * jobs))}
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 # ccache (scripts/build.sh): paths relative to the checkout and the build folder left out of
 # the hash, so build-torch2/ reuses build/'s objects; the sources that use a precompiled
@@ -101,13 +105,13 @@ fi
 stage "g++ build (warnings are errors)"
 bash scripts/build.sh
 stage "tests"
-ctest --test-dir build -j"$test_jobs" --output-on-failure || failed $? "tests" build
+ctest --test-dir build -j"$plain_test_jobs" --output-on-failure || failed $? "tests" build
 
 if [ "${TDIST_SKIP_TORCH2:-0}" != 1 ]; then
   stage "LibTorch 2.x (PyPI's torch): g++ build of the LibTorch part (warnings are errors)"
   bash scripts/build.sh --torch2 >/dev/null
   stage "LibTorch 2.x tests"
-  ctest --test-dir build-torch2 -L '^torch$' -j"$test_jobs" --output-on-failure ||
+  ctest --test-dir build-torch2 -L '^torch$' -j"$plain_test_jobs" --output-on-failure ||
     failed $? "LibTorch 2.x tests" build-torch2
   stage "Python package on torch 2.x"
   bash scripts/test_python.sh torch2 || failed $? "Python package on torch 2.x"
