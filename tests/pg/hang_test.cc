@@ -87,6 +87,14 @@ class Job {
 
   std::string path(const std::string& name) const { return dir_ + "/" + name; }
   std::string file(const std::string& name) const { return read(path(name)); }
+  // Every rank's stderr (a sanitizer's report of a worker lands there), for a failure.
+  std::string logs() const {
+    std::string all;
+    for (int r = 0; r < kWorld; ++r) {
+      all += "--- log" + std::to_string(r) + ":\n" + file("log" + std::to_string(r));
+    }
+    return all;
+  }
   std::string endpoint() const { return "127.0.0.1:" + std::to_string(server_->port()); }
   pid_t pid(int rank) const { return pids_[static_cast<size_t>(rank)]; }
 
@@ -182,7 +190,7 @@ TEST(HangTest, ASkippedCollectiveIsNamedByTheWarningStatusTimeoutAndFlightRecord
       << merged;
   EXPECT_TRUE(contains(merged, "rank 0: all_reduce #2 f32 x4 sum, failed")) << merged;
   job.release();
-  EXPECT_EQ(job.finish(seconds(30)), std::vector<int>(kWorld, 0));
+  EXPECT_EQ(job.finish(seconds(30)), std::vector<int>(kWorld, 0)) << job.logs();
 }
 
 TEST(HangTest, DifferentOperationsGiveEveryRankADesyncErrorNamingBoth) {
@@ -194,7 +202,7 @@ TEST(HangTest, DifferentOperationsGiveEveryRankADesyncErrorNamingBoth) {
     EXPECT_TRUE(contains(error, "called broadcast #0 f32 x4 root 0")) << error;
     EXPECT_TRUE(contains(error, "called all_reduce #0 f32 x4 sum")) << error;
   }
-  EXPECT_EQ(job.finish(seconds(30)), std::vector<int>(kWorld, 0));
+  EXPECT_EQ(job.finish(seconds(30)), std::vector<int>(kWorld, 0)) << job.logs();
 }
 
 TEST(HangTest, ARankComputingIsNamedWhileTheOthersWaitAndTheJobThenFinishes) {
@@ -205,7 +213,7 @@ TEST(HangTest, ARankComputingIsNamedWhileTheOthersWaitAndTheJobThenFinishes) {
   const std::string status = job.status();
   EXPECT_TRUE(contains(status, "waiting for " + missing)) << status;
   job.release();
-  EXPECT_EQ(job.finish(seconds(30)), std::vector<int>(kWorld, 0));
+  EXPECT_EQ(job.finish(seconds(30)), std::vector<int>(kWorld, 0)) << job.logs();
   EXPECT_FALSE(std::filesystem::exists(job.path("error0")));
 }
 
@@ -222,9 +230,9 @@ TEST(HangTest, AKilledRankFailsTheOthersAndStatusSaysItDoesNotAnswer) {
   EXPECT_TRUE(contains(status, "2 answered")) << status;
   job.release();
   const std::vector<int> codes = job.finish(seconds(30));
-  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[0], 0) << job.logs();
   EXPECT_EQ(codes[1], 128 + SIGKILL);
-  EXPECT_EQ(codes[2], 0);
+  EXPECT_EQ(codes[2], 0) << job.logs();
 }
 
 // tdistrun's job record (backends/job_record.h) lives under XDG_RUNTIME_DIR, here a folder of
