@@ -1,4 +1,6 @@
-"""Runs a test's ranks as real processes (spawned, as torch.multiprocessing does).
+"""Runs a test's ranks as real processes, each fresh as torch.multiprocessing's spawn makes
+them, but forked from a forkserver that has imported torch once: importing torch costs a
+spawned rank about 3 s of CPU on torch 2.x (1.9 s on 1.13), most of what these tests cost.
 
 run_ranks(fn, world, ...) starts `world` processes, each calling fn(rank, world, init, **kw)
 with `init` a fresh file:// rendezvous (no ports to collide), and returns their results
@@ -30,7 +32,8 @@ def _entry(fn, rank, world, init, results, kwargs):
 
 def run_ranks(fn, world, timeout=120, expect_dead=(), **kwargs):
     """Results of fn on ranks 0..world-1; ranks in expect_dead may die without one."""
-    ctx = multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch"])  # the server imports torch, the ranks inherit it
     with tempfile.TemporaryDirectory() as tmp:
         init = f"file://{tmp}/rendezvous"
         results = ctx.Queue()
