@@ -108,7 +108,9 @@ TEST(TcpCommSetupTest, StrayConnectionsAreRejectedAndSetupStillCompletes) {
   EXPECT_EQ(got, 5u);
 }
 
-// Two processes: 8-byte ping-pong latency and 64 MiB both-direction bandwidth.
+// Two processes: 8-byte ping-pong latency and 64 MiB both-direction bandwidth, printed as a
+// sanity figure (tdist-bench measures both properly). The rounds are few: on a loaded CI
+// machine each round trip waits for the scheduler, and 20000 of them took 30 s.
 TEST(TcpCommProcessTest, ThroughputAndLatencyReport) {
   StorePath store;
   std::vector<pid_t> pids;
@@ -118,7 +120,7 @@ TEST(TcpCommProcessTest, ThroughputAndLatencyReport) {
           connect_tcp_comm(std::make_shared<FileStore>(store.path()), rank, 2, test_options());
       const int peer = 1 - rank;
       uint64_t ping = 0;
-      constexpr int kRounds = 20000;
+      constexpr int kRounds = 2000;
       auto pingpong = [&](int rounds) {
         for (int i = 0; i < rounds; ++i) {
           if (rank == 0) {
@@ -130,13 +132,13 @@ TEST(TcpCommProcessTest, ThroughputAndLatencyReport) {
           }
         }
       };
-      pingpong(1000);
+      pingpong(100);
       auto start = Clock::now();
       pingpong(kRounds);
       double rtt_us =
           std::chrono::duration<double, std::micro>(Clock::now() - start).count() / kRounds;
       constexpr size_t kBytes = size_t{64} << 20;
-      constexpr int kIters = 10;
+      constexpr int kIters = 4;
       std::vector<uint8_t> out(kBytes, static_cast<uint8_t>(rank));
       std::vector<uint8_t> in(kBytes);
       auto exchange = [&] {
