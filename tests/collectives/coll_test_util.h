@@ -15,35 +15,13 @@
 
 #include "collectives/settings.h"
 #include "core/reduce_reference.h"
+#include "support/scoped_env.h"
 #include "tdist/dtype.h"
 #include "tdist/reduce_op.h"
 
 namespace tdist::testing {
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value != nullptr) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using test_support::ScopedEnv;
 
 // Collective settings with nothing forced and a pipeline chunk of `bytes`.
 inline coll::CollectiveSettings chunk_settings(int64_t bytes) {

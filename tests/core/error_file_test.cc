@@ -2,7 +2,6 @@
 // that write_error_file produces (checked byte for byte; the launcher's tests parse it).
 #include "tdist/error_file.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -24,50 +23,14 @@
 #include <thread>
 #include <vector>
 
+#include "support/temp_dir.h"
 #include "tdist/error.h"
 
 namespace tdist {
 namespace {
 
-// A fresh directory, removed with its files at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/tdist_error_file_XXXXXX";
-    const char* made = ::mkdtemp(tmpl);
-    if (made == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = made;
-  }
-  ~TempDir() {
-    for (const std::string& name : files()) ::unlink((path_ + "/" + name).c_str());
-    ::rmdir(path_.c_str());
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-  std::vector<std::string> files() const {
-    std::vector<std::string> out;
-    if (DIR* dir = ::opendir(path_.c_str())) {
-      while (dirent* entry = ::readdir(dir)) {
-        std::string name = entry->d_name;
-        if (name != "." && name != "..") out.push_back(name);
-      }
-      ::closedir(dir);
-    }
-    return out;
-  }
-
- private:
-  std::string path_;
-};
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
+using test_support::read_file;
+using test_support::TempDir;
 
 // Sets TORCHELASTIC_ERROR_FILE for one test and restores it afterwards.
 class ErrorFileEnv {

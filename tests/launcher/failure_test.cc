@@ -2,7 +2,6 @@
 // torch's own @record and read back by torch) and the failure summary.
 #include "tdistrun/failure.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -22,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "support/expect_invalid.h"
+#include "support/temp_dir.h"
 #include "tdist/error.h"
 #include "tdist/error_file.h"
 
@@ -29,70 +30,8 @@ namespace tdist::launcher {
 namespace {
 
 using std::string_literals::operator""s;
-
-// Runs `fn`, expects InvalidArgument, and returns its message.
-template <typename Fn>
-std::string invalid_argument_message(Fn fn) {
-  try {
-    fn();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected InvalidArgument, got: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected InvalidArgument, nothing was thrown";
-  return "";
-}
-
-#define EXPECT_INVALID(expr, ...)                                                                \
-  do {                                                                                           \
-    std::string msg = invalid_argument_message([&] { (void)(expr); });                           \
-    for (const char* part : {__VA_ARGS__})                                                       \
-      EXPECT_NE(msg.find(part), std::string::npos) << "message lacks '" << part << "': " << msg; \
-  } while (false)
-
-// A fresh directory, removed with its files at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/tdist_failure_XXXXXX";
-    const char* made = ::mkdtemp(tmpl);
-    if (made == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = made;
-  }
-  ~TempDir() {
-    if (DIR* dir = ::opendir(path_.c_str())) {
-      while (dirent* entry = ::readdir(dir)) {
-        std::string name = entry->d_name;
-        if (name != "." && name != "..") {
-          std::string full = path_ + "/" + name;
-          if (::unlink(full.c_str()) != 0) ::rmdir(full.c_str());
-        }
-      }
-      ::closedir(dir);
-    }
-    ::rmdir(path_.c_str());
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  std::string write(const std::string& name, const std::string& content) const {
-    std::ofstream(file(name), std::ios::binary) << content;
-    return file(name);
-  }
-
- private:
-  std::string path_;
-};
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
+using test_support::read_file;
+using test_support::TempDir;
 
 // Sets an environment variable for a scope and restores it afterwards.
 class ScopedVar {

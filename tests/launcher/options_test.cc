@@ -12,12 +12,12 @@
 #include <fstream>
 #include <functional>
 #include <initializer_list>
-#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "support/scoped_env.h"
 #include "tdist/settings.h"
 
 extern char** environ;
@@ -31,7 +31,7 @@ using Args = std::vector<std::string>;
 
 // Clears PET_*, PYTHON and TDIST_TERM_TIMEOUT for the test's lifetime; set() changes any
 // variable; everything is restored afterwards.
-class ScopedEnv {
+class ScopedEnv : public test_support::ScopedEnv {
  public:
   ScopedEnv() {
     std::vector<std::string> names = {"PYTHON", "TDIST_TERM_TIMEOUT"};
@@ -41,34 +41,6 @@ class ScopedEnv {
     }
     for (const std::string& name : names) unset(name);
   }
-  ~ScopedEnv() {
-    for (const auto& [name, value] : saved_) {
-      if (value) {
-        ::setenv(name.c_str(), value->c_str(), 1);
-      } else {
-        ::unsetenv(name.c_str());
-      }
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
-  void set(const std::string& name, const std::string& value) {
-    save(name);
-    ::setenv(name.c_str(), value.c_str(), 1);
-  }
-  void unset(const std::string& name) {
-    save(name);
-    ::unsetenv(name.c_str());
-  }
-
- private:
-  void save(const std::string& name) {
-    if (saved_.count(name) != 0) return;
-    const char* v = std::getenv(name.c_str());
-    saved_[name] = v == nullptr ? std::nullopt : std::optional<std::string>(v);
-  }
-  std::map<std::string, std::optional<std::string>> saved_;
 };
 
 ParseResult parse(const Args& args) {

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "support/spawn.h"  // environment_without
+#include "support/temp_dir.h"
 
 namespace tdist::tdistrun_test {
 
@@ -48,12 +49,7 @@ inline const fs::path kPyDir = fs::path(TDIST_TEST_SOURCE_DIR) / "py";
 // A whole job normally takes well under a second; this only bounds a hang.
 inline constexpr auto kJobLimit = 15s;
 
-inline std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using test_support::read_file;
 
 inline std::vector<std::string> split_lines(const std::string& text) {
   std::vector<std::string> lines;

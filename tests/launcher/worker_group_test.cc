@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/temp_dir.h"
 #include "tdist/error.h"
 #include "tdistrun/signals.h"
 
@@ -33,12 +34,7 @@ using Event = WorkerGroup::Event;
 
 const std::string kEchoWorker = std::string(TDIST_TEST_BIN_DIR) + "/launcher_echo_worker";
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using test_support::read_file;
 
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;

@@ -9,37 +9,14 @@
 #include <string>
 
 #include "backends/nccl/nccl_runtime.h"
+#include "support/scoped_env.h"
 #include "tdist/error.h"
 #include "tdist/settings.h"
 
 namespace tdist::backends::nccl {
 namespace {
 
-// Sets (or unsets, for nullopt) an environment variable for a scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) {
-      ::setenv(name, value->c_str(), 1);
-    } else {
-      ::unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using test_support::ScopedEnv;
 
 TEST(NcclMappingTest, EveryDtypeHasAnNcclTypeOfItsSize) {
   EXPECT_EQ(nccl_datatype(DType::kF32), ncclFloat32);

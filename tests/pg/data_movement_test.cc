@@ -198,7 +198,7 @@ TEST_P(DataMovementTest, BroadcastGatherScatterEveryDtypeCountAndRoot) {
 }
 
 TEST_P(DataMovementTest, BroadcastByChainEveryDtypeCountAndRoot) {
-  ScopedEnvVar algo("TDIST_ALGO", "broadcast=chain");
+  test_support::ScopedEnv algo("TDIST_ALGO", "broadcast=chain");
   ThreadWorld world(GetParam());
   ASSERT_TRUE(world.ok());
   world.run([](int rank, ProcessGroup& pg) {

@@ -22,6 +22,7 @@
 
 #include "pg/pg_test_util.h"
 #include "support/spawn.h"
+#include "support/temp_dir.h"
 #include "tdist/tcp_store.h"
 
 namespace tdist {
@@ -38,21 +39,7 @@ bool is_managed(const std::string& name) {
   return false;
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "tdist_pg_XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data()) != nullptr ? tmpl : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using test_support::TempDir;
 
 // Starts one worker; argv and envp are built before fork (the child only execs).
 pid_t spawn(const std::string& mode, const std::string& dir, int rank, uint16_t port) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/reduce_reference.h"
+#include "support/scoped_env.h"
 #include "tdist/backend.h"
 #include "tdist/error.h"
 #include "tdist/hash_store.h"
@@ -140,32 +141,6 @@ class ThreadWorld {
   std::shared_ptr<Store> store_;
   std::vector<std::shared_ptr<ProcessGroup>> groups_;
   bool ok_ = true;
-};
-
-// Sets an environment variable for a scope (before any rank thread starts: setenv is not
-// thread-safe) and restores the old value after.
-class ScopedEnvVar {
- public:
-  ScopedEnvVar(const char* name, const std::string& value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnvVar() {
-    if (had_) {
-      ::setenv(name_, old_.c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-  ScopedEnvVar(const ScopedEnvVar&) = delete;
-  ScopedEnvVar& operator=(const ScopedEnvVar&) = delete;
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string old_;
 };
 
 // Test-name suffix for a world-size parameter: "W4".

@@ -104,7 +104,7 @@ void PrintTo(const Setup& setup, std::ostream* os) {
 class ReductionTest : public ::testing::TestWithParam<Setup> {
  protected:
   ReductionTest() : algo_("TDIST_ALGO", GetParam().algo) {}
-  ScopedEnvVar algo_;
+  test_support::ScopedEnv algo_;
 };
 
 TEST_P(ReductionTest, AllReduceEveryDtypeOpAndSmallCount) {

@@ -9,34 +9,13 @@
 #include <utility>
 
 #include "rendezvous/test_util.h"
+#include "support/expect_invalid.h"
 #include "tdist/error.h"
 
 namespace tdist::rendezvous_detail {
 namespace {
 
 using tdist::rdzv_test::ScopedEnv;
-
-// Runs `fn`, expects InvalidArgument, and returns its message.
-template <typename Fn>
-std::string invalid_argument_message(Fn fn) {
-  try {
-    fn();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected InvalidArgument, got: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected InvalidArgument, nothing was thrown";
-  return "";
-}
-
-#define EXPECT_INVALID(expr, ...)                                                                \
-  do {                                                                                           \
-    std::string msg = invalid_argument_message([&] { (void)(expr); });                           \
-    for (const char* part : {__VA_ARGS__})                                                       \
-      EXPECT_NE(msg.find(part), std::string::npos) << "message lacks '" << part << "': " << msg; \
-  } while (false)
 
 void set_master(ScopedEnv& env) {
   env.set("MASTER_ADDR", "10.1.2.3");

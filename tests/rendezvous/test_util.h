@@ -8,13 +8,12 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <vector>
 
+#include "support/scoped_env.h"
 #include "tdist/backend.h"
 #include "tdist/error.h"
 #include "tdist/process_group.h"
@@ -44,33 +43,11 @@ inline const std::vector<std::string>& rendezvous_env_vars() {
 }
 
 // Clears the rendezvous variables for the test's lifetime and restores them afterwards.
-class ScopedEnv {
+class ScopedEnv : public test_support::ScopedEnv {
  public:
   ScopedEnv() {
-    for (const std::string& name : rendezvous_env_vars()) {
-      const char* v = std::getenv(name.c_str());
-      saved_[name] = v == nullptr ? std::nullopt : std::optional<std::string>(v);
-      ::unsetenv(name.c_str());
-    }
+    for (const std::string& name : rendezvous_env_vars()) unset(name);
   }
-  ~ScopedEnv() {
-    for (const auto& [name, value] : saved_) {
-      if (value) {
-        ::setenv(name.c_str(), value->c_str(), 1);
-      } else {
-        ::unsetenv(name.c_str());
-      }
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
-  void set(const std::string& name, const std::string& value) {
-    ::setenv(name.c_str(), value.c_str(), 1);
-  }
-
- private:
-  std::map<std::string, std::optional<std::string>> saved_;
 };
 
 // A port that was free a moment ago (bound on every IPv4 address, then closed).

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "comm_factories.h"
+#include "support/scoped_env.h"
 #include "tdist/error.h"
 
 namespace tdist::transport {
@@ -18,25 +19,7 @@ using namespace std::chrono_literals;
 using testing::comm_factories;
 using testing::CommFactory;
 
-// Sets an environment variable for the scope of a test (before any rank thread starts).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_.empty()) {
-      ::unsetenv(name_);
-    } else {
-      ::setenv(name_, old_.c_str(), 1);
-    }
-  }
-
- private:
-  const char* name_;
-  std::string old_;
-};
+using test_support::ScopedEnv;
 
 TEST(PollBudgetTest, ShrinksOnLongWaitsToAFloorAndGrowsOnShortOnes) {
   PollBudget budget(std::chrono::microseconds(1024));
