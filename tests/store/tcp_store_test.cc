@@ -24,6 +24,7 @@
 #include "net/socket.h"
 #include "store/tcp_store_protocol.h"
 #include "support/error_of.h"
+#include "support/sanitizers.h"
 #include "tcp_store_test_util.h"
 #include "tdist/error.h"
 
@@ -295,14 +296,8 @@ TEST(TCPStore, MultiGetReplyIsBoundedBeforeItIsBuilt) {
 
 // Under ASan, RSS also counts the freed blocks it keeps in quarantine (256 MiB), under
 // TSan the shadow of every byte written, so it says nothing about the replies a server holds.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kRssCountsLiveMemory = false;
-#elif defined(__has_feature)
 constexpr bool kRssCountsLiveMemory =
-    !__has_feature(address_sanitizer) && !__has_feature(thread_sanitizer);
-#else
-constexpr bool kRssCountsLiveMemory = true;
-#endif
+    !test_support::kAddressSanitizer && !test_support::kThreadSanitizer;
 
 long rss_kib() {
   std::ifstream status("/proc/self/status");

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <thread>
 
+#include "support/sanitizers.h"
 #include "tcp_test_util.h"
 #include "tdist/error.h"
 
@@ -44,20 +45,12 @@ size_t size_of(int m) {
 
 class TcpCommNsocksTest : public ::testing::TestWithParam<int> {};
 
-// TSan makes writing and comparing the ~50 MB each rank sends 20 times slower: there the
-// equal-tags test sends 12 rounds of the 7 sizes instead of 34 (the other trees keep 240).
-#if defined(__SANITIZE_THREAD__)
-constexpr int kEqualTagMessages = 84;
-#elif defined(__has_feature)
-constexpr int kEqualTagMessages = __has_feature(thread_sanitizer) ? 84 : 240;
-#else
-constexpr int kEqualTagMessages = 240;
-#endif
-
 // Many messages on one tag, half sent before their receives exist (unexpected queue),
 // half after: every receive gets the message of its position.
 TEST_P(TcpCommNsocksTest, EqualTagsKeepPostingOrder) {
-  constexpr int kMessages = kEqualTagMessages;
+  // TSan makes writing and comparing the ~50 MB each rank sends 20 times slower: there 12
+  // rounds of the 7 sizes instead of 34.
+  constexpr int kMessages = test_support::kThreadSanitizer ? 84 : 240;
   for (int world : {2, 3}) {
     run_ranks(
         world,
