@@ -1,10 +1,10 @@
 // tdist-status: what every rank of a running (or hung) job is doing, asked through the job's
-// store (backends/status.h). Usage: tdist-status [HOST:PORT | --job PID] [--wait SECONDS]
+// store (diag/status.h). Usage: tdist-status [HOST:PORT | --job PID] [--wait SECONDS]
 //   HOST:PORT   the job's store: MASTER_ADDR:MASTER_PORT, or tdistrun's --rdzv-endpoint
 //   --job PID   the job of the tdistrun with that pid on this machine
 //   (neither)   the job of the one tdistrun of this user running on this machine
 //   --wait S    how long ranks have to answer (default 2)
-// tdistrun's jobs are found through their job records (backends/job_record.h), which also
+// tdistrun's jobs are found through their job records (diag/job_record.h), which also
 // hold the token tdistrun made for a job. Otherwise the job's token and TLS files come from
 // the environment as for any tdist process (TDIST_AUTH_TOKEN or TDIST_AUTH_TOKEN_FILE;
 // TDIST_TLS_*); a token set there wins over a record's. Prints one block per rank: host,
@@ -18,10 +18,11 @@
 #include <string>
 #include <vector>
 
-#include "backends/job_record.h"
-#include "backends/status.h"
+#include "diag/job_record.h"
+#include "diag/status.h"
 #include "net/address.h"
 #include "tdist/error.h"
+#include "tdist/settings.h"
 #include "tdist/tcp_store.h"
 
 namespace {
@@ -71,7 +72,7 @@ std::string choose_job(const std::string& endpoint, long pid) {
     return "";
   }
   const bool token_given =
-      std::getenv("TDIST_AUTH_TOKEN") != nullptr || std::getenv("TDIST_AUTH_TOKEN_FILE") != nullptr;
+      tdist::setting_is_present("TDIST_AUTH_TOKEN") || tdist::setting_is_present("TDIST_AUTH_TOKEN_FILE");
   if (chosen != nullptr && !chosen->token.empty() && !token_given) {
     ::setenv("TDIST_AUTH_TOKEN", chosen->token.c_str(), 1);
   }

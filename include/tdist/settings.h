@@ -44,6 +44,9 @@ const Setting& find_setting(std::string_view name);
 // Whether the environment gives `name` a value (set and not empty), which then overrides
 // the declared default.
 bool setting_is_set(std::string_view name);
+// Whether the environment holds `name` at all, even empty (TDIST_AUTH_TOKEN= turns
+// authentication off, which leaving it unset does not).
+bool setting_is_present(std::string_view name);
 // The value from the environment, or the declared default when unset or empty.
 std::string setting_string(std::string_view name);
 int64_t setting_int(std::string_view name);

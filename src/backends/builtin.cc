@@ -1,8 +1,8 @@
 // The built-in backends (builtin.h).
 #include "backends/builtin.h"
 
-#include "backends/comm_group.h"
-#include "backends/local_comms.h"
+#include "backends/comm/comm_group.h"
+#include "backends/comm/local_comms.h"
 #if TDIST_HAVE_MPI
 #include "backends/mpi/mpi_backend.h"
 #endif

@@ -8,7 +8,7 @@
 
 #include "tdist/error.h"
 #include "tdist/thread_annotations.h"
-#include "transport/polling.h"
+#include "core/polling.h"
 
 namespace tdist::coll::detail {
 
@@ -168,9 +168,9 @@ void run_overlapped(transport::Comm& comm, size_t n, const std::function<void(si
                     const std::function<void(size_t)>& after) {
   if (n == 0) return;
   Overlap overlap;
-  const bool background = transport::on_background_thread();
+  const bool background = core::on_background_thread();
   std::thread helper([&] {
-    std::optional<transport::BackgroundThread> mark;
+    std::optional<core::BackgroundThread> mark;
     if (background) mark.emplace();
     try {
       for (size_t k = 0; k < n; ++k) {

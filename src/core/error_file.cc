@@ -16,6 +16,7 @@
 #include <typeinfo>
 
 #include "core/json_string.h"
+#include "tdist/settings.h"
 
 namespace tdist {
 namespace {
@@ -117,8 +118,8 @@ void record_errors() {
 }
 
 void write_error_file(const std::string& message) {
-  const char* path = std::getenv("TORCHELASTIC_ERROR_FILE");
-  if (path == nullptr || *path == '\0') return;
+  const std::string path = env_string("TORCHELASTIC_ERROR_FILE");
+  if (path.empty()) return;
   write_file_atomically(path, error_json(message));
 }
 

@@ -186,6 +186,11 @@ bool setting_is_set(std::string_view name) {
   return !env_string(std::string(name).c_str()).empty();
 }
 
+bool setting_is_present(std::string_view name) {
+  find_setting(name);  // declared names only
+  return std::getenv(std::string(name).c_str()) != nullptr;
+}
+
 std::string accepted_values(const Setting& setting) {
   std::string out;
   if (!setting.choices.empty()) {

@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "tdist/error.h"
-#include "transport/polling.h"
+#include "core/polling.h"
 
 namespace tdist::python {
 namespace {
@@ -136,7 +136,7 @@ c10::intrusive_ptr<c10::ivalue::Future> TorchWork::getFuture() {
   if (p2p_) {
     // Point-to-point Works may move only while somebody waits on them.
     std::thread([works = works_] {
-      const transport::BackgroundThread background;  // waits for nobody: never polls
+      const core::BackgroundThread background;  // waits for nobody: never polls
       for (const auto& w : works) {
         try {
           w->wait();

@@ -13,13 +13,13 @@
 #include <exception>
 #include <utility>
 
-#include "backends/trace.h"
+#include "diag/trace.h"
 #include "tdist/device.h"
 #include "tdist/error.h"
 #include "tdist/logging.h"
 #include "tdist/torch/collectives.h"
 #include "tdist/torch/types.h"
-#include "transport/polling.h"
+#include "core/polling.h"
 
 namespace tdist::torch {
 namespace {
@@ -27,9 +27,9 @@ namespace {
 // CommOverlap::kAuto: overlap only where a core is free for the communication.
 bool launch_during_backward(CommOverlap overlap) {
   if (overlap != CommOverlap::kAuto) return overlap == CommOverlap::kDuringBackward;
-  const int local_ranks = std::max(1, transport::launcher_local_ranks());
+  const int local_ranks = std::max(1, core::launcher_local_ranks());
   const int threads = std::max(1, at::get_num_threads());
-  return transport::usable_cores() >= local_ranks * (threads + 1);
+  return core::usable_cores() >= local_ranks * (threads + 1);
 }
 
 std::string message_of(std::exception_ptr error) {

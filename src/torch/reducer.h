@@ -126,7 +126,7 @@ class Reducer {
   void rebuild_buckets();
   std::vector<size_t> search_unused(const std::vector<::torch::Tensor>& outputs) const;
   std::string describe(const std::vector<size_t>& indices) const;
-  // TDIST_TRACE (backends/trace.h): bucket `b` became full / was launched (its Work then
+  // TDIST_TRACE (diag/trace.h): bucket `b` became full / was launched (its Work then
   // ends the bucket's event).
   void trace_ready(const Bucket& bucket) const;
   void trace_launched(Bucket& bucket) const;

@@ -10,7 +10,7 @@
 #include "tdist/logging.h"
 #include "tdist/prefix_store.h"
 #include "transport/core/engine.h"
-#include "transport/polling.h"
+#include "core/polling.h"
 #include "transport/shm/shm_comm.h"
 
 namespace tdist::transport {
@@ -97,7 +97,7 @@ std::unique_ptr<Comm> connect_comm(std::shared_ptr<Store> store, int rank, int s
   // Each rank's host key, then the CPUs it may run on (for the polling rule, polling.h).
   const std::string key = options.host_key.empty() ? shm_host_key() : options.host_key;
   std::vector<std::string> hosts =
-      exchange_host_keys(*store, rank, size, key + '\n' + affinity_list(), deadline);
+      exchange_host_keys(*store, rank, size, key + '\n' + tdist::core::affinity_list(), deadline);
   std::vector<std::string> cpus(hosts.size());
   for (size_t r = 0; r < hosts.size(); ++r) {
     const size_t newline = hosts[r].find('\n');
@@ -153,7 +153,7 @@ std::unique_ptr<Comm> connect_comm(std::shared_ptr<Store> store, int rank, int s
   for (int m = 0; m < topology.num_machines(); ++m) {
     std::vector<std::string> lists;
     for (int r : topology.ranks_on_machine(m)) lists.push_back(cpus[static_cast<size_t>(r)]);
-    topology.machine_cpus[static_cast<size_t>(m)] = union_cpu_count(lists);
+    topology.machine_cpus[static_cast<size_t>(m)] = tdist::core::union_cpu_count(lists);
   }
   // The group's link class, from every pair (so every rank computes the same): shm when
   // shared memory joins every pair, tcp (the slower class) when any other kind joins one.

@@ -1,22 +1,18 @@
 // What the nccl backend decides without a GPU (nccl_runtime.h): tdist's dtypes and reduce
-// ops as NCCL's (bool as uint8; its sum/max as OR and prod/min as AND; no bitwise ops), the
-// device a process picks (TDIST_NCCL_DEVICE, LOCAL_RANK modulo the device count, 0), which
-// memory may be a buffer, and the exceptions CUDA and NCCL status codes become.
+// ops as NCCL's (bool as uint8; its sum/max as OR and prod/min as AND; no bitwise ops),
+// which memory may be a buffer, and the exceptions CUDA and NCCL status codes become. The
+// device a process picks: tests/core/device_choice_test.cc.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <optional>
 #include <string>
 
 #include "backends/nccl/nccl_runtime.h"
-#include "support/scoped_env.h"
 #include "tdist/error.h"
 #include "tdist/settings.h"
 
 namespace tdist::backends::nccl {
 namespace {
 
-using test_support::ScopedEnv;
 
 TEST(NcclMappingTest, EveryDtypeHasAnNcclTypeOfItsSize) {
   EXPECT_EQ(nccl_datatype(DType::kF32), ncclFloat32);
@@ -62,58 +58,6 @@ TEST(NcclMappingTest, BitwiseOpsAreInvalidArgumentNamingTheOp) {
         EXPECT_NE(text.find("NCCL has no bitwise reductions"), std::string::npos) << text;
       }
     }
-  }
-}
-
-TEST(NcclMappingTest, DeviceFromTheSettingThenLocalRankThenZero) {
-  EXPECT_EQ(choose_device(4, -1, ""), 0);
-  EXPECT_EQ(choose_device(4, -1, "3"), 3);
-  EXPECT_EQ(choose_device(4, -1, "6"), 2);  // modulo the device count
-  EXPECT_EQ(choose_device(1, -1, "7"), 0);
-  EXPECT_EQ(choose_device(4, 1, "3"), 1);  // the setting wins
-  EXPECT_EQ(choose_device(4, 0, "3"), 0);
-}
-
-TEST(NcclMappingTest, ADeviceThatIsNotVisibleOrABadLocalRankIsInvalidArgument) {
-  try {
-    choose_device(2, 2, "");
-    FAIL() << "device 2 of 2 accepted";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("TDIST_NCCL_DEVICE=2 but only 2 CUDA devices are visible"),
-              std::string::npos)
-        << e.what();
-  }
-  for (const char* bad : {"-1", "x", "1x", " 1"}) {
-    try {
-      choose_device(2, -1, bad);
-      FAIL() << "LOCAL_RANK='" << bad << "' accepted";
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find(std::string("LOCAL_RANK='") + bad + "'"),
-                std::string::npos)
-          << e.what();
-    }
-  }
-}
-
-TEST(NcclMappingTest, DeviceFromTheEnvironment) {
-  {
-    ScopedEnv device("TDIST_NCCL_DEVICE", std::nullopt);
-    ScopedEnv local("LOCAL_RANK", "5");
-    EXPECT_EQ(choose_device(2), 1);
-  }
-  {
-    ScopedEnv device("TDIST_NCCL_DEVICE", "1");
-    ScopedEnv local("LOCAL_RANK", "0");
-    EXPECT_EQ(choose_device(2), 1);
-  }
-  {
-    ScopedEnv device("TDIST_NCCL_DEVICE", std::nullopt);
-    ScopedEnv local("LOCAL_RANK", std::nullopt);
-    EXPECT_EQ(choose_device(8), 0);
-  }
-  {
-    ScopedEnv device("TDIST_NCCL_DEVICE", "-2");  // outside the declared range
-    EXPECT_THROW(choose_device(2), InvalidArgument);
   }
 }
 

@@ -1,4 +1,4 @@
-// TDIST_DEBUG=detail (ProcessGroup's detail check, backends/detail_check.cc) over the backend
+// TDIST_DEBUG=detail (ProcessGroup's detail check, diag/detail_check.cc) over the backend
 // under test, ranks as threads: every collective's fingerprint, with what the caller adds
 // (CollectiveDetail), is compared across the ranks before anything is sent. A mismatch is a
 // DesyncError on every rank quoting rank 0's call and the first rank's that differs, even
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/flight_recorder.h"
+#include "diag/flight_recorder.h"
 #include "pg/pg_test_util.h"
 
 namespace tdist::pg_test {

@@ -1,4 +1,4 @@
-// The flight recorder (backends/flight_recorder.h) over each built-in backend, ranks as
+// The flight recorder (diag/flight_recorder.h) over each built-in backend, ranks as
 // threads: what a group's record holds, its ring, the dump a failure writes, and
 // tools/tdist_flight.py naming the first operation the ranks disagree on.
 #include <gtest/gtest.h>

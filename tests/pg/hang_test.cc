@@ -235,7 +235,7 @@ TEST(HangTest, AKilledRankFailsTheOthersAndStatusSaysItDoesNotAnswer) {
   EXPECT_EQ(codes[2], 0) << job.logs();
 }
 
-// tdistrun's job record (backends/job_record.h) lives under XDG_RUNTIME_DIR, here a folder of
+// tdistrun's job record (diag/job_record.h) lives under XDG_RUNTIME_DIR, here a folder of
 // the test's own.
 TEST(HangTest, TdistStatusFindsATdistrunJobAndTheTokenTdistrunMade) {
   std::string tmpl = (std::filesystem::temp_directory_path() / "tdist_hang_XXXXXX").string();

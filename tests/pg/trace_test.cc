@@ -1,11 +1,11 @@
-// The timeline (TDIST_TRACE, backends/trace.h) with ranks as threads: every collective of
+// The timeline (TDIST_TRACE, diag/trace.h) with ranks as threads: every collective of
 // every group is one complete event in its rank's file (pid = global rank, the group's
 // track named by a thread_name event), with seq, dtype, count, bytes, root and reduce op;
 // a failed one carries its error; the file is complete JSON after every write, and a
 // later write appends to it. TDIST_TRACE is read once per process, so every test sets it
 // (to the same folder) before it makes a group: each test must find its own operations
 // among those of the tests before it (when the binary runs them in one process).
-#include "backends/trace.h"
+#include "diag/trace.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-// DDP on the timeline (TDIST_TRACE, backends/trace.h), ranks as threads over the tcp
+// DDP on the timeline (TDIST_TRACE, diag/trace.h), ranks as threads over the tcp
 // backend: on the track "DDP buckets" of each rank, every bucket of every synchronized
 // pass has a "ready" instant event and one complete event from its launch to the end of
 // its Work, with its index, bytes and number of parameters, whether buckets launch during
@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "backends/trace.h"
+#include "diag/trace.h"
 #include "pg/pg_test_util.h"
 #include "tdist/torch/ddp.h"
 

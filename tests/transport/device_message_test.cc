@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/comm_group.h"
+#include "backends/comm/comm_group.h"
 #include "support/error_of.h"
 #include "tdist/error.h"
 #include "tdist/hash_store.h"

@@ -14,7 +14,7 @@
 #include "tdist/error.h"
 #include "transport/connect.h"
 #include "transport/core/engine.h"
-#include "transport/polling.h"
+#include "core/polling.h"
 
 namespace tdist::transport::testing {
 namespace {
@@ -82,7 +82,7 @@ TEST(MixedCommTest, TheTopologyCountsTheCpusOfEachMachinesRanksTogether) {
     EXPECT_EQ(comm.topology().machine_of, (std::vector<int>{0, 0, 1})) << comm.rank();
     EXPECT_EQ(comm.topology().machine_cpus, (std::vector<int>{std::min(n, 2), 1})) << comm.rank();
   });
-  EXPECT_EQ(union_cpu_count({affinity_list()}), n);
+  EXPECT_EQ(tdist::core::union_cpu_count({tdist::core::affinity_list()}), n);
 }
 
 // Hosts that are network namespaces of one machine (one boot id) are two hosts for the

@@ -1,7 +1,7 @@
-// Poll, then sleep (transport/polling.h): the policy, and every transport exchanging
+// Poll, then sleep (core/polling.h): the policy, and every transport exchanging
 // messages correctly whichever way its waiters wait (polling, sleeping at once, from a
 // background thread).
-#include "transport/polling.h"
+#include "core/polling.h"
 
 #include <gtest/gtest.h>
 
@@ -13,6 +13,8 @@
 #include "tdist/error.h"
 
 namespace tdist::transport {
+
+using namespace tdist::core;  // the policy (core/polling.h)
 namespace {
 
 using namespace std::chrono_literals;

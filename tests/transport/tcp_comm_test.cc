@@ -17,7 +17,7 @@
 #include "tdist/error.h"
 #include "tdist/file_store.h"
 #include "transport/shm/shm_comm.h"
-#include "transport/tcp/interface.h"
+#include "net/interface.h"
 
 namespace tdist::transport::testing {
 namespace {
@@ -25,7 +25,7 @@ namespace {
 using namespace std::chrono_literals;
 
 TEST(TcpCommInterfaceTest, IfnameSyntax) {
-  using tcp::interface_matches;
+  using net::interface_matches;
   EXPECT_TRUE(interface_matches("", "eth0"));
   EXPECT_TRUE(interface_matches("eth", "eth0"));
   EXPECT_TRUE(interface_matches("ib,eth", "eth1"));

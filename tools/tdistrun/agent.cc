@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "backends/job_record.h"
+#include "diag/job_record.h"
 #include "tdist/error.h"
 #include "tdist/settings.h"
 #include "tdistrun/failure.h"
@@ -128,7 +128,7 @@ class RunDirectory {
   bool remove_ = true;
 };
 
-// This tdistrun's job record (backends/job_record.h: how tdist-status finds the job and,
+// This tdistrun's job record (diag/job_record.h: how tdist-status finds the job and,
 // when tdistrun made it, its token), removed when the agent ends.
 class JobRecordFile {
  public:

@@ -18,7 +18,7 @@
 namespace tdist::launcher {
 
 // fresh_token: the job's token was made by this tdistrun (ensure_job_token), so its job
-// record (backends/job_record.h) carries it for tdist-status.
+// record (diag/job_record.h) carries it for tdist-status.
 int run_agent(const Options& options, bool fresh_token = false);
 
 }  // namespace tdist::launcher

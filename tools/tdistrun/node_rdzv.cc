@@ -19,7 +19,7 @@
 #include "tdist/error.h"
 #include "tdist/logging.h"
 #include "tdist/settings.h"
-#include "transport/tcp/interface.h"
+#include "net/interface.h"
 
 namespace tdist::launcher {
 namespace {
@@ -41,7 +41,7 @@ bool is_local_address(const std::string& host) {
     return false;
   }
   std::set<std::string> local;
-  for (const auto& a : transport::tcp::list_interfaces()) {
+  for (const auto& a : net::list_interfaces()) {
     local.insert(a.ip.substr(0, a.ip.find('%')));  // inet_ntop's text, without the scope
   }
   return std::any_of(resolved.begin(), resolved.end(), [&](const net::SocketAddress& a) {
@@ -190,7 +190,7 @@ NodeRendezvous::NodeRendezvous(NodeRdzvConfig config) : config_(std::move(config
   node_addr_ = c.node_addr;
   if (node_addr_.empty()) {
     try {
-      node_addr_ = transport::tcp::choose_local_ip(store_.get(), "");
+      node_addr_ = net::choose_local_ip({c.host, port_, false}, "");
     } catch (const Error&) {
       node_addr_ = "127.0.0.1";
     }

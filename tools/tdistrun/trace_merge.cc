@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <system_error>
 
-#include "backends/trace.h"
+#include "diag/trace.h"
 
 namespace tdist::launcher {
 namespace {

@@ -1,4 +1,4 @@
-// The job's timeline (TDIST_TRACE=DIR, src/backends/trace.h): each worker writes
+// The job's timeline (TDIST_TRACE=DIR, src/diag/trace.h): each worker writes
 // DIR/tdist_trace_rank<global rank>.json; once the workers ended (success or failure), the
 // agent merges the files of ranks 0..world_size-1 found in DIR into DIR/tdist_trace.json
 // (every event as it is: pid is already the global rank and ts wall-clock time). On

@@ -17,7 +17,7 @@
 #include <map>
 #include <memory>
 
-#include "backends/comm_device.h"
+#include "backends/comm/comm_device.h"
 #include "tdist/thread_annotations.h"
 #include "transport/cuda_ipc/device_stream.h"
 

@@ -3,16 +3,16 @@
 
 #include <utility>
 
-#include "backends/comm_group.h"
+#include "backends/comm/comm_group.h"
 #include "backends/cuda_ipc/cuda_device.h"
-#include "backends/nccl/nccl_runtime.h"
+#include "cuda/runtime.h"
 #include "transport/cuda_ipc/cuda_ipc_comm.h"
 
 namespace tdist::backends::cuda_ipc {
 
 BackendFactory cuda_ipc_backend() {
   return [](std::shared_ptr<Store> store, int rank, int size, std::chrono::milliseconds timeout) {
-    const int device = nccl::choose_device(nccl::visible_devices("cuda_ipc"));
+    const int device = cuda::process_device("cuda_ipc");
     auto stream = std::make_shared<const transport::cuda_ipc::DeviceStream>(device);
     auto cuda = std::make_shared<CudaDevice>(stream);
     CommFactory factory = [stream](std::shared_ptr<Store> s, int r, int n,

@@ -6,7 +6,7 @@
 #include <numeric>
 #include <utility>
 
-#include "backends/error_context.h"
+#include "diag/error_context.h"
 #include "backends/mpi/mpi_runtime.h"
 #include "core/reduce_kernels.h"
 #include "tdist/error.h"

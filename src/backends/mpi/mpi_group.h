@@ -44,7 +44,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/op_queue.h"
+#include "pg/op_queue.h"
 #include "tdist/process_group.h"
 #include "tdist/thread_annotations.h"
 

@@ -10,7 +10,7 @@
 #include <thread>
 #include <utility>
 
-#include "backends/error_context.h"
+#include "diag/error_context.h"
 #include "backends/mpi/mpi_group.h"
 #include "backends/mpi/mpi_runtime.h"
 #include "tdist/error.h"

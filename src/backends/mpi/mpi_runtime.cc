@@ -15,6 +15,7 @@
 #include "net/fd.h"
 #include "tdist/error.h"
 #include "tdist/logging.h"
+#include "tdist/settings.h"
 
 namespace tdist::backends::mpi {
 namespace {
@@ -117,7 +118,7 @@ void ensure_initialized() {
 }
 
 bool under_mpi_launcher() {
-  if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) return true;
+  if (!env_string("OMPI_COMM_WORLD_SIZE").empty()) return true;
   int initialized = 0;
   MPI_Initialized(&initialized);
   return initialized != 0;

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <utility>
 
-#include "backends/error_context.h"
+#include "diag/error_context.h"
 #include "backends/nccl/nccl_runtime.h"
 #include "tdist/error.h"
 #include "tdist/logging.h"

@@ -1,11 +1,7 @@
-// The nccl backend's dtype and op mapping, device choice and error translation
-// (nccl_runtime.h).
+// The nccl backend's dtype and op mapping and error translation (nccl_runtime.h).
 #include "backends/nccl/nccl_runtime.h"
 
-#include <charconv>
-
 #include "tdist/error.h"
-#include "tdist/settings.h"
 
 namespace tdist::backends::nccl {
 
@@ -58,31 +54,6 @@ ncclRedOp_t nccl_reduce_op(const char* what, ReduceOpKind op, DType dtype) {
               " has no fixed NCCL op (premul_sum is made per call)");
 }
 
-int choose_device(int device_count, int64_t nccl_device, std::string_view local_rank) {
-  if (nccl_device >= 0) {
-    TDIST_CHECK(nccl_device < device_count, InvalidArgument,
-                "nccl: TDIST_NCCL_DEVICE=", nccl_device, " but only ", device_count, " CUDA device",
-                (device_count == 1 ? " is" : "s are"), " visible (0..", device_count - 1, ")");
-    return static_cast<int>(nccl_device);
-  }
-  if (local_rank.empty()) return 0;
-  int64_t value = -1;
-  const auto [end, ec] =
-      std::from_chars(local_rank.data(), local_rank.data() + local_rank.size(), value);
-  TDIST_CHECK(ec == std::errc() && end == local_rank.data() + local_rank.size() && value >= 0,
-              InvalidArgument, "nccl: LOCAL_RANK='", local_rank,
-              "' is not a non-negative integer (set TDIST_NCCL_DEVICE to choose the device)");
-  return static_cast<int>(value % device_count);
-}
-
-int choose_device(int device_count) {
-  // TDIST_LOCAL_RANK, else torchrun's LOCAL_RANK (as tdist::torch::local_device()).
-  const std::string local_rank = setting_is_set("TDIST_LOCAL_RANK")
-                                     ? setting_string("TDIST_LOCAL_RANK")
-                                     : env_string("LOCAL_RANK");
-  return choose_device(device_count, setting_int("TDIST_NCCL_DEVICE"), local_rank);
-}
-
 std::string buffer_problem(cudaMemoryType type, int device, int group_device) {
   switch (type) {
     case cudaMemoryTypeDevice:
@@ -97,24 +68,6 @@ std::string buffer_problem(cudaMemoryType type, int device, int group_device) {
       break;
   }
   return "host memory (not known to CUDA), not device memory";
-}
-
-int visible_devices(const char* backend) {
-  int count = 0;
-  const cudaError_t rc = cudaGetDeviceCount(&count);
-  TDIST_CHECK(rc == cudaSuccess, Error, backend,
-              ": no CUDA device is visible: ", cudaGetErrorString(rc), " (", cudaGetErrorName(rc),
-              " from cudaGetDeviceCount)");
-  TDIST_CHECK(count > 0, Error, backend,
-              ": no CUDA device is visible: cudaGetDeviceCount found 0 devices "
-              "(CUDA_VISIBLE_DEVICES=",
-              env_string("CUDA_VISIBLE_DEVICES"), ")");
-  return count;
-}
-
-void check_cuda(cudaError_t rc, const std::string& what) {
-  if (rc == cudaSuccess) return;
-  TDIST_THROW(Error, what, ": ", cudaGetErrorString(rc), " (", cudaGetErrorName(rc), ")");
 }
 
 void check_nccl(ncclResult_t rc, const std::string& what, ncclComm_t comm) {

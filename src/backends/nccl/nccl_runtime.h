@@ -1,6 +1,6 @@
-// The nccl backend's pieces that need no GPU: tdist's dtypes and reduce ops as NCCL's, the
-// choice of a process's device, and the translation of CUDA and NCCL status codes into
-// tdist exceptions. Internal to tdist (not installed).
+// The nccl backend's pieces that need no GPU: tdist's dtypes and reduce ops as NCCL's, and
+// the translation of NCCL status codes into tdist exceptions (the device choice and CUDA's
+// codes: cuda/runtime.h). Internal to tdist (not installed).
 //
 // Dtypes: every tdist dtype has an NCCL type; bool travels as uint8 (one byte, 0 or 1).
 // Reduce ops: sum, prod, min, max and avg map to NCCL's (avg: NCCL divides integers
@@ -8,19 +8,21 @@
 // sum and max are NCCL's max (OR) and prod and min its min (AND), as the CPU kernels define
 // them; premul_sum is an NCCL op made per call (ncclRedOpCreatePreMulSum) and is not mapped
 // here; band, bor and bxor do not exist in NCCL and are InvalidArgument naming the op.
-// Thread-safe: pure functions (choose_device reads the environment).
+// Thread-safe: pure functions.
 #pragma once
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
 #include <string>
-#include <string_view>
 
+#include "cuda/runtime.h"
 #include "tdist/dtype.h"
 #include "tdist/reduce_op.h"
 
 namespace tdist::backends::nccl {
+
+using cuda::check_cuda;
 
 ncclDataType_t nccl_datatype(DType dtype);
 
@@ -28,25 +30,10 @@ ncclDataType_t nccl_datatype(DType dtype);
 // bitwise ones, which NCCL lacks. `what` names the call in the message ("all_reduce").
 ncclRedOp_t nccl_reduce_op(const char* what, ReduceOpKind op, DType dtype);
 
-// The device a process's groups use among `device_count` visible ones: `nccl_device` (the
-// TDIST_NCCL_DEVICE setting) when it is not -1, else `local_rank` (LOCAL_RANK's text)
-// modulo the count when it is set, else 0. InvalidArgument when TDIST_NCCL_DEVICE names a
-// device that is not visible or LOCAL_RANK is not a non-negative integer.
-int choose_device(int device_count, int64_t nccl_device, std::string_view local_rank);
-// The same from the environment (TDIST_NCCL_DEVICE; TDIST_LOCAL_RANK, else LOCAL_RANK).
-int choose_device(int device_count);
-
 // Why memory of `type` on `device` cannot be a buffer of a group on `group_device` (NCCL
 // reads and writes it from that device's kernels), or "" when it can: device memory of the
 // group's device, or managed memory. E.g. "host memory (not registered with CUDA)".
 std::string buffer_problem(cudaMemoryType type, int device, int group_device);
-
-// The number of visible CUDA devices; Error "<backend>: no CUDA device is visible: <why>"
-// when there is none or the CUDA runtime cannot tell (no driver, no device).
-int visible_devices(const char* backend = "nccl");
-
-// Throws Error "<what>: <CUDA's error string> (<error name>)" unless `rc` is cudaSuccess.
-void check_cuda(cudaError_t rc, const std::string& what);
 
 // Throws for a failed NCCL call: InvalidArgument for ncclInvalidArgument and
 // ncclInvalidUsage, PeerError otherwise (the communicator is broken: a remote or system

@@ -67,7 +67,7 @@ class Channel {
 
   virtual bool readable() = 0;
   virtual bool writable() = 0;
-  // Polling (transport/polling.h): forget cached readiness, so that the next readable()
+  // Polling (core/polling.h): forget cached readiness, so that the next readable()
   // and writable() let the core try the pipe itself (for a socket: one failed syscall).
   // Channels whose readable()/writable() look at the pipe directly need nothing.
   virtual void refresh() {}

@@ -262,15 +262,15 @@ int Engine::local_cpus() const {
 
 template <typename Done>
 bool Engine::poll_channels(Done done, Deadline deadline) {
-  if (on_background_thread()) return false;
+  if (tdist::core::on_background_thread()) return false;
   if (!poll_budget_) {
     const int local = local_ranks();
     const int cpus = local_cpus();
-    poll_budget_.emplace(poll_limit(local, cpus));
+    poll_budget_.emplace(tdist::core::poll_limit(local, cpus));
     TDIST_LOG(kDebug) << "rank " << rank_ << ": waiters poll for up to "
                       << poll_budget_->current().count() / 1000 << " us ("
-                      << (cpus > 0 ? cpus : usable_cores()) << " cores for the "
-                      << std::max(local, launcher_local_ranks())
+                      << (cpus > 0 ? cpus : tdist::core::usable_cores()) << " cores for the "
+                      << std::max(local, tdist::core::launcher_local_ranks())
                       << " local ranks; 0 = sleep at once)";
   }
   const auto budget = poll_budget_->current();

@@ -12,7 +12,7 @@
 // or the driver leaves (one of them then takes over). A pending send therefore progresses
 // only while some thread of the receiving process waits on its Comm; CommProcessGroup's
 // worker always waits, so collectives are fine.
-// Poll, then sleep (transport/polling.h): a driver that can move nothing first polls every
+// Poll, then sleep (core/polling.h): a driver that can move nothing first polls every
 // channel for an adaptive, bounded time when it may (a thread that waits for its own
 // result, on a host with a core per local rank); then it arms every channel, fences,
 // re-checks, and blocks in poll() on every channel's descriptor plus an eventfd (isend
@@ -44,7 +44,7 @@
 #include "transport/core/channel.h"
 #include "transport/core/op.h"
 #include "transport/core/peer.h"
-#include "transport/polling.h"
+#include "core/polling.h"
 
 namespace tdist::transport::core {
 
@@ -105,7 +105,7 @@ class Engine final : public Comm {
   // starts; reused by every sleep, touched only by the driver.
   std::vector<pollfd> poll_fds_;
   std::vector<size_t> poll_first_;
-  std::optional<PollBudget> poll_budget_;        // the driver's; made at its first poll
+  std::optional<tdist::core::PollBudget> poll_budget_;        // the driver's; made at its first poll
   std::optional<Clock::time_point> idle_since_;  // the driver's: its last poll ran out
   std::atomic<bool> aborted_{false};
   std::atomic<bool> destroying_{false};

@@ -3,10 +3,13 @@
 
 #include <algorithm>
 
+#include "net/interface.h"
 #include "tdist/error.h"
+#include "tdist/hash_store.h"
+#include "tdist/prefix_store.h"
+#include "tdist/tcp_store.h"
 #include "transport/core/peer.h"
 #include "transport/tcp/channel.h"
-#include "transport/tcp/interface.h"
 #include "transport/tcp/mesh.h"
 #include "transport/tcp/tls_channel.h"
 
@@ -15,12 +18,22 @@ namespace {
 
 constexpr size_t kMaxSocketsPerPeer = 8;
 
+// Where `store` really keeps its keys (through PrefixStores), for the address choice.
+net::StoreRoute route_of(Store& store) {
+  Store* base = &store;
+  while (auto* prefix = dynamic_cast<PrefixStore*>(base)) base = prefix->base().get();
+  if (auto* tcp_store = dynamic_cast<TCPStore*>(base)) {
+    return {tcp_store->host(), tcp_store->port(), false};
+  }
+  return {"", 0, dynamic_cast<HashStore*>(base) != nullptr};
+}
+
 class TcpKind final : public ChannelKind {
  public:
   explicit TcpKind(const TcpCommOptions& options) : options_(options) {}
   const char* name() const override { return "tcp"; }
   bool can_connect(const std::string&, const std::string&) const override { return true; }
-  void prepare(Store& store) override { ip_ = tcp::choose_local_ip(&store, options_.ifname); }
+  void prepare(Store& store) override { ip_ = net::choose_local_ip(route_of(store), options_.ifname); }
 
   ChannelTable connect(Store& store, int rank, int size, const std::vector<bool>& peers, int first,
                        Deadline deadline) const override {

@@ -1,5 +1,5 @@
 // Job records (job_record.h).
-#include "backends/job_record.h"
+#include "diag/job_record.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "tdist/error.h"
+#include "tdist/settings.h"
 
 namespace tdist::backends {
 
@@ -23,10 +24,10 @@ namespace {
 constexpr char kPrefix[] = "job-";
 
 std::string folder_path() {
-  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
+  const std::string runtime = env_string("XDG_RUNTIME_DIR");
   struct stat st {};
-  if (runtime != nullptr && runtime[0] == '/' && ::stat(runtime, &st) == 0 && S_ISDIR(st.st_mode)) {
-    return std::string(runtime) + "/tdist";
+  if (runtime.starts_with('/') && ::stat(runtime.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return runtime + "/tdist";
   }
   return "/tmp/tdist-" + std::to_string(::getuid());
 }

@@ -30,8 +30,8 @@
 #include <string>
 #include <vector>
 
-#include "backends/comm_device.h"
-#include "backends/op_queue.h"
+#include "backends/comm/comm_device.h"
+#include "pg/op_queue.h"
 #include "collectives/context.h"
 #include "collectives/settings.h"
 #include "core/op_fingerprint.h"

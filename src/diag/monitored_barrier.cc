@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "backends/error_context.h"
+#include "diag/error_context.h"
 #include "tdist/deadline.h"
 #include "tdist/error.h"
 #include "tdist/process_group.h"

@@ -1,5 +1,5 @@
 // Error context for backends (error_context.h).
-#include "backends/error_context.h"
+#include "diag/error_context.h"
 
 #include "tdist/error.h"
 

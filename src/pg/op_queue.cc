@@ -1,8 +1,8 @@
 // OpQueue and QueuedWork (op_queue.h).
-#include "backends/op_queue.h"
+#include "pg/op_queue.h"
 
 #include "core/coarse_clock.h"
-#include "transport/polling.h"
+#include "core/polling.h"
 
 namespace tdist::backends {
 namespace {
@@ -61,7 +61,7 @@ void OpQueue::run_front_locked() {
 }
 
 void OpQueue::run_worker() {
-  const transport::BackgroundThread background;  // never polls: it serves work nobody waits on
+  const core::BackgroundThread background;  // never polls: it serves work nobody waits on
   MutexLock lock(mu_);
   for (;;) {
     if (queue_.empty() && stopping_) return;  // drained

@@ -1,4 +1,4 @@
-// Choosing the local address the TCP transport listens on.
+// Choosing the local address the TCP transport listens on (and tdistrun advertises).
 //
 // With TDIST_SOCKET_IFNAME set (NCCL's syntax: "eth0,eth1" = name prefixes, "^lo,docker"
 // = everything but these prefixes, "=eth0" = exact names, "^=eth0" = all but exact
@@ -10,15 +10,12 @@
 // interfaces that exist when nothing matches; Error when the store's host does not resolve.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
-namespace tdist {
-class Store;
-}
-
-namespace tdist::transport::tcp {
+namespace tdist::net {
 
 // One interface address, as getifaddrs reports it.
 struct InterfaceAddress {
@@ -34,8 +31,16 @@ std::vector<InterfaceAddress> list_interfaces();
 // True when `name` matches the TDIST_SOCKET_IFNAME-style `spec` (empty spec matches all).
 bool interface_matches(std::string_view spec, std::string_view name);
 
-// The IP to listen on for a group whose store is `store`, following `ifname_spec`
-// (empty = choose automatically, as described above).
-std::string choose_local_ip(Store* store, const std::string& ifname_spec);
+// Where a job's store is, as the automatic choice needs it: the host and port of its
+// server (a TCPStore's), or `in_process` (a HashStore), or neither (unknown).
+struct StoreRoute {
+  std::string host;
+  uint16_t port = 0;
+  bool in_process = false;
+};
 
-}  // namespace tdist::transport::tcp
+// The IP to listen on for a group whose store is at `store`, following `ifname_spec`
+// (empty = choose automatically, as described above).
+std::string choose_local_ip(const StoreRoute& store, const std::string& ifname_spec);
+
+}  // namespace tdist::net

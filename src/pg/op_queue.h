@@ -11,7 +11,7 @@
 // itself, so a caller that runs its own operation pays no wake-up; after a second with no
 // push it sleeps until the next push wakes it (an idle group costs no CPU). An operation
 // nobody waits on thus starts within claim_delay plus a millisecond. The worker is a
-// background thread (transport/polling.h): it sleeps while it waits; a caller running its
+// background thread (core/polling.h): it sleeps while it waits; a caller running its
 // own operation may poll. longest_op: how long one operation can block; a caller helps
 // only when it is willing to wait that long (operations cannot stop at a caller's shorter
 // deadline), else it just sleeps until the Work finishes.

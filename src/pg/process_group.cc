@@ -9,8 +9,8 @@
 #include <string>
 #include <utility>
 
-#include "backends/flight_recorder.h"
-#include "backends/trace.h"
+#include "diag/flight_recorder.h"
+#include "diag/trace.h"
 #include "core/json_string.h"
 #include "tdist/error.h"
 #include "tdist/prefix_store.h"

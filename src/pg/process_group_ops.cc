@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "backends/flight_recorder.h"
+#include "diag/flight_recorder.h"
 #include "core/op_fingerprint.h"
 #include "tdist/error.h"
 #include "tdist/process_group.h"

@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-namespace tdist::transport {
+namespace tdist::core {
 
 // Marks the current thread as a background thread for its lifetime (scoped; nests).
 class BackgroundThread {
@@ -77,4 +77,4 @@ class PollBudget {
   std::chrono::nanoseconds current_;
 };
 
-}  // namespace tdist::transport
+}  // namespace tdist::core

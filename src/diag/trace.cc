@@ -1,6 +1,6 @@
 // The timeline writer (trace.h): one process-wide buffer of serialised events, per-rank
 // files that stay complete JSON after every write, and the collective events.
-#include "backends/trace.h"
+#include "diag/trace.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -15,8 +15,8 @@
 #include <memory>
 #include <utility>
 
-#include "backends/error_context.h"
-#include "backends/flight_recorder.h"
+#include "diag/error_context.h"
+#include "diag/flight_recorder.h"
 #include "core/json_string.h"
 #include "core/op_fingerprint.h"
 #include "tdist/dtype.h"

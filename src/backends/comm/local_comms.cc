@@ -1,5 +1,5 @@
 // The tcp, shm and auto Comm factories (local_comms.h).
-#include "backends/local_comms.h"
+#include "backends/comm/local_comms.h"
 
 #include <string>
 #include <vector>

@@ -1,13 +1,13 @@
 // CommProcessGroup (comm_group.h): the ordered worker and the collectives.
-#include "backends/comm_group.h"
+#include "backends/comm/comm_group.h"
 
 #include <algorithm>
 #include <numeric>
 #include <optional>
 #include <utility>
 
-#include "backends/error_context.h"
-#include "backends/status.h"
+#include "diag/error_context.h"
+#include "diag/status.h"
 #include "collectives/collectives.h"
 #include "core/block_cache.h"
 #include "core/coarse_clock.h"

@@ -1,5 +1,5 @@
 // Status (status.h): the responder thread, the answers, asking a job, and who is missing.
-#include "backends/status.h"
+#include "diag/status.h"
 
 #include <unistd.h>
 
@@ -8,7 +8,7 @@
 #include <set>
 #include <thread>
 
-#include "backends/flight_recorder.h"
+#include "diag/flight_recorder.h"
 #include "tdist/error.h"
 #include "tdist/logging.h"
 #include "tdist/prefix_store.h"

@@ -1,6 +1,6 @@
 // FlightRecorder (flight_recorder.h): the ring, its JSON, the registry of live groups, the
 // dump files and the SIGUSR1 trigger.
-#include "backends/flight_recorder.h"
+#include "diag/flight_recorder.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -11,8 +11,8 @@
 #include <map>
 #include <thread>
 
-#include "backends/error_context.h"
-#include "backends/trace.h"
+#include "diag/error_context.h"
+#include "diag/trace.h"
 #include "core/coarse_clock.h"
 #include "core/json_string.h"
 #include "tdist/logging.h"

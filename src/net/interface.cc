@@ -1,6 +1,6 @@
-// Interface selection for the TCP transport: TDIST_SOCKET_IFNAME matching, getifaddrs, and
-// the route towards the store's host.
-#include "transport/tcp/interface.h"
+// Interface selection for the TCP transport and tdistrun: TDIST_SOCKET_IFNAME matching,
+// getifaddrs, and the route towards the store's host.
+#include "net/interface.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -15,11 +15,8 @@
 #include "net/address.h"
 #include "net/fd.h"
 #include "tdist/error.h"
-#include "tdist/hash_store.h"
-#include "tdist/prefix_store.h"
-#include "tdist/tcp_store.h"
 
-namespace tdist::transport::tcp {
+namespace tdist::net {
 namespace {
 
 std::string ip_text(const sockaddr* address, const char* ifname) {
@@ -58,17 +55,17 @@ std::string available_interfaces(const std::vector<InterfaceAddress>& all) {
 // is sent).
 std::string route_source_ip(const std::string& host, uint16_t port) {
   std::string last_error;
-  for (const net::SocketAddress& target : net::resolve(host, port, /*passive=*/false)) {
-    net::Fd fd(::socket(target.family(), SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  for (const SocketAddress& target : resolve(host, port, /*passive=*/false)) {
+    Fd fd(::socket(target.family(), SOCK_DGRAM | SOCK_CLOEXEC, 0));
     if (!fd) {
-      last_error = net::errno_text(errno);
+      last_error = errno_text(errno);
       continue;
     }
     if (::connect(fd.get(), target.get(), target.length) != 0) {
-      last_error = target.to_string() + ": " + net::errno_text(errno);
+      last_error = target.to_string() + ": " + errno_text(errno);
       continue;
     }
-    net::SocketAddress local = net::SocketAddress::local_of(fd.get());
+    SocketAddress local = SocketAddress::local_of(fd.get());
     if (local.length == 0) continue;
     return ip_text(local.get(), nullptr);
   }
@@ -81,7 +78,7 @@ std::string route_source_ip(const std::string& host, uint16_t port) {
 std::vector<InterfaceAddress> list_interfaces() {
   ifaddrs* head = nullptr;
   if (::getifaddrs(&head) != 0) {
-    TDIST_THROW(Error, "getifaddrs failed: ", net::errno_text(errno));
+    TDIST_THROW(Error, "getifaddrs failed: ", errno_text(errno));
   }
   std::vector<InterfaceAddress> result;
   for (ifaddrs* it = head; it != nullptr; it = it->ifa_next) {
@@ -125,7 +122,7 @@ bool interface_matches(std::string_view spec, std::string_view name) {
   return listed != exclude;
 }
 
-std::string choose_local_ip(Store* store, const std::string& ifname_spec) {
+std::string choose_local_ip(const StoreRoute& store, const std::string& ifname_spec) {
   if (!ifname_spec.empty()) {
     std::vector<InterfaceAddress> all = list_interfaces();
     std::vector<InterfaceAddress> matching;
@@ -140,13 +137,8 @@ std::string choose_local_ip(Store* store, const std::string& ifname_spec) {
     }
     return ip;
   }
-  // Look through PrefixStores for the store that really holds the keys.
-  Store* base = store;
-  while (auto* prefix = dynamic_cast<PrefixStore*>(base)) base = prefix->base().get();
-  if (auto* tcp_store = dynamic_cast<TCPStore*>(base)) {
-    return route_source_ip(tcp_store->host(), tcp_store->port());
-  }
-  if (dynamic_cast<HashStore*>(base) != nullptr) return "127.0.0.1";
+  if (!store.host.empty()) return route_source_ip(store.host, store.port);
+  if (store.in_process) return "127.0.0.1";
   std::vector<InterfaceAddress> all = list_interfaces();
   std::vector<InterfaceAddress> external;
   for (const InterfaceAddress& a : all) {
@@ -156,4 +148,4 @@ std::string choose_local_ip(Store* store, const std::string& ifname_spec) {
   return ip.empty() ? std::string("127.0.0.1") : ip;
 }
 
-}  // namespace tdist::transport::tcp
+}  // namespace tdist::net

@@ -3,8 +3,8 @@
 // do, checked whenever the Work is waited on or polled.
 #include <utility>
 
-#include "backends/comm_group.h"
-#include "backends/error_context.h"
+#include "backends/comm/comm_group.h"
+#include "diag/error_context.h"
 #include "core/block_cache.h"
 #include "core/coarse_clock.h"
 #include "tdist/error.h"

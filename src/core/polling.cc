@@ -1,5 +1,5 @@
 // Polling policy (polling.h).
-#include "transport/polling.h"
+#include "core/polling.h"
 
 #include <sched.h>
 
@@ -10,7 +10,7 @@
 
 #include "tdist/settings.h"
 
-namespace tdist::transport {
+namespace tdist::core {
 namespace {
 
 thread_local bool background = false;
@@ -101,4 +101,4 @@ std::chrono::nanoseconds poll_limit(int comm_local_ranks, int comm_local_cpus) {
   return std::chrono::microseconds(us);
 }
 
-}  // namespace tdist::transport
+}  // namespace tdist::core

@@ -4,8 +4,8 @@
 
 #include <utility>
 
-#include "backends/flight_recorder.h"
-#include "backends/status.h"
+#include "diag/flight_recorder.h"
+#include "diag/status.h"
 #include "tdist/backend.h"
 #include "tdist/error.h"
 #include "tdist/error_file.h"
