@@ -97,14 +97,16 @@ void comm_setup(benchmark::State& state, Connect connect) {
 
 void BM_TcpCommSetup(benchmark::State& state) {
   comm_setup(state, [](std::shared_ptr<Store> store, int rank) {
-    return transport::connect_tcp_comm(std::move(store), rank, 2, transport::TcpCommOptions{});
+    return transport::connect_tcp_comm(std::move(store), rank, 2,
+                                       transport::TcpCommOptions::from_settings());
   });
 }
 BENCHMARK(BM_TcpCommSetup)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 
 void BM_ShmCommSetup(benchmark::State& state) {
   comm_setup(state, [](std::shared_ptr<Store> store, int rank) {
-    return transport::connect_shm_comm(std::move(store), rank, 2, transport::ShmCommOptions{});
+    return transport::connect_shm_comm(std::move(store), rank, 2,
+                                       transport::ShmCommOptions::from_settings());
   });
 }
 BENCHMARK(BM_ShmCommSetup)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);

@@ -9,7 +9,9 @@ The rules that matter most:
     comm group with a CUDA device, so it builds on backends/comm);
   - the launcher and tools include only public headers, diag/ and net/ (sockets);
   - the environment is read only through the settings registry: no getenv() outside
-    src/core/settings.cc.
+    src/core/settings.cc, and no header reads a setting (settings are resolved where a
+    process, group or server is made and passed down, never in a default member
+    initialiser).
 Run by ctest (layer_rules) and by hand: python3 scripts/check_layers.py [ROOT].
 Prints each violation as FILE:LINE: what, and exits 1 when there is any.
 """
@@ -45,6 +47,9 @@ OWN_IS_SUBFOLDER = {"src/backends"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 GETENV = re.compile(r"\b(secure_)?getenv\s*\(")
 SETTINGS_SOURCE = "src/core/settings.cc"
+SETTING_READ = re.compile(r"\b(setting_(string|int|double|bool|seconds|is_set|is_present)|"
+                          r"env_string)\s*\(")
+SETTINGS_HEADER = "include/tdist/settings.h"
 
 
 def layer_of(rel):
@@ -78,7 +83,8 @@ def allowed(include, rel, layer):
 
 def check(root):
     problems = []
-    for path in sorted(list(root.glob("src/**/*")) + list(root.glob("tools/**/*"))):
+    paths = [*root.glob("src/**/*"), *root.glob("tools/**/*"), *root.glob("include/**/*.h")]
+    for path in sorted(paths):
         if path.suffix not in (".h", ".cc", ".cu") or not path.is_file():
             continue
         rel = path.relative_to(root).as_posix()
@@ -90,6 +96,10 @@ def check(root):
             if GETENV.search(line) and rel != SETTINGS_SOURCE and not line.lstrip().startswith("//"):
                 problems.append(f"{rel}:{number}: reads the environment with getenv(); use "
                                 f"the settings registry (tdist/settings.h)")
+            if (path.suffix == ".h" and rel != SETTINGS_HEADER and SETTING_READ.search(line)
+                    and not line.lstrip().startswith("//")):
+                problems.append(f"{rel}:{number}: a header reads a setting; resolve it where "
+                                f"the object is made (a .cc) and pass it down")
             m = INCLUDE.match(line)
             if m is None or layer is None:
                 continue

@@ -83,6 +83,9 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   virtual unsigned memory_kinds() const { return memory_bit(MemoryKind::kHost); }
   const std::shared_ptr<Store>& store() const { return store_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
+  // Whether TDIST_DEBUG was "detail" when the group was made: each collective's fingerprint,
+  // with the caller's CollectiveDetail, is compared across ranks before it runs.
+  bool debug_detail() const { return debug_detail_; }
 
   // Rank translation between this group and the world group it descends from.
   const std::vector<int>& global_ranks() const { return global_ranks_; }
@@ -254,7 +257,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   WorkPtr numbered(const core::OpFingerprint& fp, Call&& call) TDIST_EXCLUDES(issue_mu_);
   // TDIST_DEBUG=detail (read when the group is made): every rank's fingerprint of the
   // collective about to be numbered, with this thread's CollectiveDetail, is compared through
-  // the store before anything is sent (backends/detail_check.cc).
+  // the store before anything is sent (diag/detail_check.cc).
   void detail_check(const core::OpFingerprint& fp);
   const bool debug_detail_;
   std::atomic<uint64_t> detail_checks_{0};
@@ -262,7 +265,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   bool registered_ TDIST_GUARDED_BY(issue_mu_) = false;  // in the flight records' registry
   std::string name_ = "default";
   std::unique_ptr<backends::FlightRecorder> recorder_;
-  // TDIST_TRACE (backends/trace.h): this group's track in the timeline, -1 until its first
+  // TDIST_TRACE (diag/trace.h): this group's track in the timeline, -1 until its first
   // collective; a traced group writes the buffered events when it is destroyed.
   struct TraceTrack {
     std::atomic<int> id{-1};
@@ -275,8 +278,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
 };
 
 // What the caller adds to the fingerprint of every collective this thread issues while the
-// object lives, for the check of TDIST_DEBUG=detail (debug_detail()): the torch layer gives
-// the tensors' shapes ("shapes [32, 32]"). Ranks whose texts differ get a DesyncError that
+// object lives, for the check of TDIST_DEBUG=detail (ProcessGroup::debug_detail()): the torch layer
+// gives the tensors' shapes ("shapes [32, 32]"). Ranks whose texts differ get a DesyncError that
 // quotes both. Nested objects: the innermost wins. Without TDIST_DEBUG=detail it is unused.
 class CollectiveDetail {
  public:
@@ -292,8 +295,5 @@ class CollectiveDetail {
   std::string text_;
   const CollectiveDetail* outer_;
 };
-
-// Whether TDIST_DEBUG is "detail" (read once per process; groups read it when made).
-bool debug_detail();
 
 }  // namespace tdist

@@ -30,7 +30,7 @@ struct Ctx {
   transport::Comm& comm;
   uint64_t seq;
   Deadline deadline;
-  CollectiveSettings settings = CollectiveSettings::process_default();
+  CollectiveSettings settings{};  // nothing forced; a group passes its own (settings.h)
   Algorithm* chosen = nullptr;
   MemoryKind memory = MemoryKind::kHost;
   DeviceOps* device = nullptr;

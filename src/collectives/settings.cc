@@ -64,9 +64,4 @@ CollectiveSettings CollectiveSettings::from_environment() {
   return s;
 }
 
-const CollectiveSettings& CollectiveSettings::process_default() {
-  static const CollectiveSettings settings = from_environment();
-  return settings;
-}
-
 }  // namespace tdist::coll

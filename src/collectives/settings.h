@@ -2,9 +2,9 @@
 // TDIST_CHUNK_BYTES), parsed once and carried in every Ctx, so that no collective reads
 // or parses the environment.
 //
-// A group parses them once (from_environment()) and puts them in each Ctx it builds; a
-// Ctx built without them gets process_default(): the environment as it was at the first
-// collective of the process. Tests pass settings explicitly (parse()) instead of setenv.
+// A group resolves them once, when it is made (from_environment()), and puts them in each
+// Ctx it builds; a Ctx built without them forces nothing and uses the declared chunk size.
+// Tests pass settings explicitly (parse()) instead of setenv.
 // Parsing validates the whole TDIST_ALGO value: an unknown collective or algorithm name,
 // or an algorithm that cannot run the collective, is InvalidArgument naming the valid
 // choices; a chunk size below 1 is InvalidArgument. Plain value; thread-safe to read.
@@ -40,9 +40,6 @@ struct CollectiveSettings {
   static CollectiveSettings parse(std::string_view algo, int64_t chunk_bytes);
   // From the environment, now.
   static CollectiveSettings from_environment();
-  // from_environment() of the first call in the process, kept (a failed parse is
-  // retried, and thrown again, by the next call).
-  static const CollectiveSettings& process_default();
 };
 
 }  // namespace tdist::coll

@@ -74,11 +74,6 @@ const std::string& CollectiveDetail::current() {
   return innermost != nullptr ? innermost->text_ : kNone;
 }
 
-bool debug_detail() {
-  static const bool detail = setting_string("TDIST_DEBUG") == "detail";
-  return detail;
-}
-
 void ProcessGroup::detail_check(const core::OpFingerprint& fp) {
   const uint64_t n = detail_checks_.fetch_add(1, std::memory_order_relaxed);
   if (size_ == 1) return;

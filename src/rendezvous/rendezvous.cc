@@ -189,7 +189,7 @@ RendezvousResult join(std::shared_ptr<Store> base, int rank, int world_size, mil
 milliseconds default_pg_timeout() { return setting_seconds("TDIST_TIMEOUT"); }
 
 // rendezvous(init_method, ...) itself is defined above this layer
-// (backends/launcher_rendezvous.cc), which passes the built-in store agreement.
+// (pg/launcher_rendezvous.cc), which passes the built-in store agreement.
 RendezvousResult rendezvous_detail::rendezvous_with_agreement(const std::string& init_method,
                                                               int rank, int world_size,
                                                               milliseconds timeout,

@@ -87,8 +87,8 @@ Staging staging(const char* op, const ProcessGroup& pg, std::initializer_list<co
 // TDIST_DEBUG=detail: the shape of `t` joins the fingerprint of the collective issued while the
 // result lives (ProcessGroup's detail check compares it across ranks). all_to_all's tensors
 // may differ between ranks and have none.
-std::optional<CollectiveDetail> shape_detail(const Tensor& t) {
-  if (!debug_detail()) return std::nullopt;
+std::optional<CollectiveDetail> shape_detail(const ProcessGroup& pg, const Tensor& t) {
+  if (!pg.debug_detail()) return std::nullopt;
   return std::optional<CollectiveDetail>(std::in_place, str_cat("shape ", t.sizes()));
 }
 
@@ -143,7 +143,7 @@ std::shared_ptr<ProcessGroup> Group::resolve(const char* op) const {
 WorkPtr all_reduce_async(const Tensor& tensor, ReduceOp op, Group group) {
   constexpr const char* kOp = "all_reduce";
   auto pg = group.resolve(kOp);
-  const auto shape = shape_detail(tensor);
+  const auto shape = shape_detail(*pg, tensor);
   const DType dtype = check_tensor(kOp, "tensor", tensor);
   Staging s = staging(kOp, *pg, {&tensor});
   void* data = stage_output(s, kOp, "tensor", tensor, /*keep_values=*/true);
@@ -154,7 +154,7 @@ WorkPtr all_reduce_async(const Tensor& tensor, ReduceOp op, Group group) {
 WorkPtr broadcast_async(const Tensor& tensor, int src, Group group) {
   constexpr const char* kOp = "broadcast";
   auto pg = group.resolve(kOp);
-  const auto shape = shape_detail(tensor);
+  const auto shape = shape_detail(*pg, tensor);
   const DType dtype = check_tensor(kOp, "tensor", tensor);
   check_rank(kOp, "src", src, *pg);
   Staging s = staging(kOp, *pg, {&tensor});
@@ -168,7 +168,7 @@ WorkPtr broadcast_async(const Tensor& tensor, int src, Group group) {
 WorkPtr reduce_async(const Tensor& tensor, int dst, ReduceOp op, Group group) {
   constexpr const char* kOp = "reduce";
   auto pg = group.resolve(kOp);
-  const auto shape = shape_detail(tensor);
+  const auto shape = shape_detail(*pg, tensor);
   const DType dtype = check_tensor(kOp, "tensor", tensor);
   check_rank(kOp, "dst", dst, *pg);
   Staging s = staging(kOp, *pg, {&tensor});
@@ -185,7 +185,7 @@ WorkPtr reduce_async(const Tensor& tensor, int dst, ReduceOp op, Group group) {
 WorkPtr all_gather_async(const std::vector<Tensor>& outputs, const Tensor& input, Group group) {
   constexpr const char* kOp = "all_gather";
   auto pg = group.resolve(kOp);
-  const auto shape = shape_detail(input);
+  const auto shape = shape_detail(*pg, input);
   const DType dtype = check_tensor(kOp, "input", input);
   check_list(kOp, "outputs", outputs, *pg, "input", input, /*same_shape=*/true);
   Staging s = staging(kOp, *pg, {&input}, {&outputs});
@@ -198,7 +198,7 @@ WorkPtr all_gather_async(const std::vector<Tensor>& outputs, const Tensor& input
 WorkPtr all_gather_into_tensor_async(const Tensor& output, const Tensor& input, Group group) {
   constexpr const char* kOp = "all_gather_into_tensor";
   auto pg = group.resolve(kOp);
-  const auto shape = shape_detail(input);
+  const auto shape = shape_detail(*pg, input);
   const DType dtype = check_tensor(kOp, "input", input);
   check_like(kOp, "output", output, "input", input, /*same_shape=*/false);
   const size_t count = count_of(input);
@@ -218,7 +218,7 @@ WorkPtr gather_async(const Tensor& input, const std::vector<Tensor>& gather_list
                      Group group) {
   constexpr const char* kOp = "gather";
   auto pg = group.resolve(kOp);
-  const auto shape = shape_detail(input);
+  const auto shape = shape_detail(*pg, input);
   const DType dtype = check_tensor(kOp, "input", input);
   check_rank(kOp, "dst", dst, *pg);
   Staging s = staging(kOp, *pg, {&input}, {&gather_list});
@@ -238,7 +238,7 @@ WorkPtr scatter_async(const Tensor& output, const std::vector<Tensor>& scatter_l
                       Group group) {
   constexpr const char* kOp = "scatter";
   auto pg = group.resolve(kOp);
-  const auto shape = shape_detail(output);
+  const auto shape = shape_detail(*pg, output);
   const DType dtype = check_tensor(kOp, "output", output);
   check_rank(kOp, "src", src, *pg);
   Staging s = staging(kOp, *pg, {&output}, {&scatter_list});
@@ -258,7 +258,7 @@ WorkPtr reduce_scatter_async(const Tensor& output, const std::vector<Tensor>& in
                              Group group) {
   constexpr const char* kOp = "reduce_scatter";
   auto pg = group.resolve(kOp);
-  const auto shape = shape_detail(output);
+  const auto shape = shape_detail(*pg, output);
   const DType dtype = check_tensor(kOp, "output", output);
   check_list(kOp, "inputs", inputs, *pg, "output", output, /*same_shape=*/true);
   Staging s = staging(kOp, *pg, {&output}, {&inputs});
@@ -272,7 +272,7 @@ WorkPtr reduce_scatter_tensor_async(const Tensor& output, const Tensor& input, R
                                     Group group) {
   constexpr const char* kOp = "reduce_scatter_tensor";
   auto pg = group.resolve(kOp);
-  const auto shape = shape_detail(output);
+  const auto shape = shape_detail(*pg, output);
   const DType dtype = check_tensor(kOp, "output", output);
   check_like(kOp, "input", input, "output", output, /*same_shape=*/false);
   const size_t count = count_of(output);

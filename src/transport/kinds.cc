@@ -18,8 +18,8 @@ struct Registration {
 
 const std::vector<Registration>& registrations() {
   static const std::vector<Registration> kinds = {
-      {"shm", [] { return make_shm_kind(ShmCommOptions{}); }},
-      {"tcp", [] { return make_tcp_kind(TcpCommOptions{}); }},
+      {"shm", [] { return make_shm_kind(ShmCommOptions::from_settings()); }},
+      {"tcp", [] { return make_tcp_kind(TcpCommOptions::from_settings()); }},
   };
   return kinds;
 }

@@ -269,25 +269,29 @@ TEST(CollectiveSettings, ParsesChunkAndRejectsNonPositive) {
   }
 }
 
-TEST(CollectiveSettings, FromEnvironmentReadsNowTheProcessDefaultOnce) {
-  const CollectiveSettings* first = nullptr;
+TEST(CollectiveSettings, FromEnvironmentReadsNowAndACtxReadsNothing) {
   {
     ScopedEnv algo("TDIST_ALGO", "broadcast=chain");
     ScopedEnv chunk("TDIST_CHUNK_BYTES", "1234");
     const CollectiveSettings now = CollectiveSettings::from_environment();
     EXPECT_EQ(now.forced(Collective::kBroadcast), Algorithm::kChain);
     EXPECT_EQ(now.chunk_bytes, 1234u);
-    first = &CollectiveSettings::process_default();
+    // A Ctx made without settings forces nothing, whatever the environment says.
+    const CollectiveSettings plain{};
+    EXPECT_EQ(plain.forced(Collective::kBroadcast), Algorithm::kAuto);
+    EXPECT_FALSE(plain.chunk_given);
   }
   {
     ScopedEnv algo("TDIST_ALGO", "all_reduce=ring");
     ScopedEnv chunk("TDIST_CHUNK_BYTES", "77");
     EXPECT_EQ(CollectiveSettings::from_environment().chunk_bytes, 77u);
-    // Parsed at its first use and kept.
-    const CollectiveSettings& again = CollectiveSettings::process_default();
-    EXPECT_EQ(&again, first);
-    EXPECT_EQ(again.chunk_bytes, first->chunk_bytes);
-    EXPECT_EQ(again.forced(Collective::kAllReduce), first->forced(Collective::kAllReduce));
+    EXPECT_EQ(CollectiveSettings::from_environment().forced(Collective::kAllReduce),
+              Algorithm::kRing);
+  }
+  {
+    ScopedEnv algo("TDIST_ALGO", nullptr);
+    ScopedEnv chunk("TDIST_CHUNK_BYTES", nullptr);
+    EXPECT_EQ(CollectiveSettings{}.chunk_bytes, CollectiveSettings::from_environment().chunk_bytes);
   }
   {
     ScopedEnv algo("TDIST_ALGO", "all_reduce=chain");

@@ -14,7 +14,7 @@
 namespace tdist::torch::coll_test {
 namespace {
 
-// Read once per process (debug_detail()) and by each group when it is made: set before both.
+// Read by each group when it is made (ProcessGroup::debug_detail()): set before any is.
 const bool kDetail = ::setenv("TDIST_DEBUG", "detail", 1) == 0;
 
 std::string desync_text(const std::exception_ptr& e) {
@@ -29,9 +29,9 @@ std::string desync_text(const std::exception_ptr& e) {
 
 TEST(DebugDetail, SameCountOtherShapeIsADesyncErrorNamingBothShapes) {
   ASSERT_TRUE(kDetail);
-  ASSERT_TRUE(debug_detail());
   ThreadWorld world(2);
   ASSERT_TRUE(world.ok());
+  ASSERT_TRUE(world.shared(0)->debug_detail());
   auto errors = world.run_collect([&](int rank, ProcessGroup&) {
     const PG& pg = world.shared(rank);
     Tensor t = rank == 0 ? ::torch::ones({32, 32}) : ::torch::ones({1024});

@@ -8,21 +8,44 @@
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "net/address.h"
+#include "net/interface.h"
 #include "net/socket.h"
+#include "support/scoped_env.h"
 #include "tcp_test_util.h"
 #include "tdist/error.h"
 #include "tdist/file_store.h"
 #include "transport/shm/shm_comm.h"
-#include "net/interface.h"
 
 namespace tdist::transport::testing {
 namespace {
 
 using namespace std::chrono_literals;
+using test_support::ScopedEnv;
+
+// The options' plain defaults (what a Comm made without the environment uses) are the
+// settings' declared defaults, which from_settings() gives when nothing is set.
+TEST(CommOptionsTest, PlainDefaultsAreTheDeclaredOnes) {
+  ScopedEnv ifname("TDIST_SOCKET_IFNAME", std::nullopt);
+  ScopedEnv buffer("TDIST_SOCKET_BUFFER_BYTES", std::nullopt);
+  ScopedEnv nsocks("TDIST_SOCKET_NSOCKS_PERPEER", std::nullopt);
+  ScopedEnv cert("TDIST_TLS_CERT", std::nullopt);
+  ScopedEnv ring("TDIST_SHM_RING_BYTES", std::nullopt);
+  const TcpCommOptions plain;
+  const TcpCommOptions resolved = TcpCommOptions::from_settings();
+  EXPECT_EQ(plain.ifname, resolved.ifname);
+  EXPECT_EQ(plain.socket_buffer_bytes, resolved.socket_buffer_bytes);
+  EXPECT_EQ(plain.nsocks_per_peer, resolved.nsocks_per_peer);
+  EXPECT_EQ(plain.tls, resolved.tls);
+  EXPECT_EQ(ShmCommOptions{}.ring_bytes, ShmCommOptions::from_settings().ring_bytes);
+  ScopedEnv more("TDIST_SOCKET_NSOCKS_PERPEER", "3");
+  EXPECT_EQ(TcpCommOptions::from_settings().nsocks_per_peer, 3);
+  EXPECT_EQ(TcpCommOptions{}.nsocks_per_peer, 2);  // resolved where asked, not in the type
+}
 
 TEST(TcpCommInterfaceTest, IfnameSyntax) {
   using net::interface_matches;

@@ -12,7 +12,7 @@
 namespace tdist::transport::testing {
 
 inline TcpCommOptions test_options() {
-  TcpCommOptions o;
+  TcpCommOptions o = TcpCommOptions::from_settings();
   o.timeout = kSetupTimeout;
   return o;
 }

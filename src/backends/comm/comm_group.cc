@@ -6,11 +6,11 @@
 #include <optional>
 #include <utility>
 
-#include "diag/error_context.h"
-#include "diag/status.h"
 #include "collectives/collectives.h"
 #include "core/block_cache.h"
 #include "core/coarse_clock.h"
+#include "diag/error_context.h"
+#include "diag/status.h"
 #include "tdist/error.h"
 
 namespace tdist::backends {
@@ -89,6 +89,8 @@ CommProcessGroup::CommProcessGroup(std::string backend, CommFactory factory,
       factory_(std::move(factory)),
       device_(std::move(device)),
       comm_(factory_(this->store(), rank, size, timeout)),
+      settings_(coll::CollectiveSettings::from_environment()),
+      device_settings_(device_settings(settings_)),
       ops_(kClaimDelay, timeout) {
   TDIST_CHECK(comm_ != nullptr, Error, backend_, ": the transport factory returned null");
 }

@@ -31,10 +31,10 @@
 #include <vector>
 
 #include "backends/comm/comm_device.h"
-#include "pg/op_queue.h"
 #include "collectives/context.h"
 #include "collectives/settings.h"
 #include "core/op_fingerprint.h"
+#include "pg/op_queue.h"
 #include "tdist/process_group.h"
 #include "tdist/thread_annotations.h"
 #include "transport/comm.h"
@@ -110,10 +110,10 @@ class CommProcessGroup : public ProcessGroup {
   const CommFactory factory_;
   const std::shared_ptr<CommDevice> device_;
   std::unique_ptr<transport::Comm> comm_;
-  // TDIST_ALGO and TDIST_CHUNK_BYTES, read once when the group is made.
-  const coll::CollectiveSettings settings_ = coll::CollectiveSettings::from_environment();
+  // TDIST_ALGO and TDIST_CHUNK_BYTES, resolved once when the group is made (constructor).
+  const coll::CollectiveSettings settings_;
   // A device group's: kDeviceChunkBytes unless a chunk size was given (comm_device.h).
-  const coll::CollectiveSettings device_settings_ = device_settings(settings_);
+  const coll::CollectiveSettings device_settings_;
   mutable Mutex failure_mu_;
   std::exception_ptr failure_ TDIST_GUARDED_BY(failure_mu_);
   OpQueue ops_;  // after comm_: stopped (drained) in the destructor, before comm_ goes

@@ -12,14 +12,14 @@ namespace tdist::backends {
 
 std::unique_ptr<transport::Comm> make_tcp_comm(std::shared_ptr<Store> store, int rank, int size,
                                                std::chrono::milliseconds timeout) {
-  transport::TcpCommOptions options;
+  transport::TcpCommOptions options = transport::TcpCommOptions::from_settings();
   options.timeout = timeout;
   return transport::connect_tcp_comm(std::move(store), rank, size, options);
 }
 
 std::unique_ptr<transport::Comm> make_shm_comm(std::shared_ptr<Store> store, int rank, int size,
                                                std::chrono::milliseconds timeout) {
-  transport::ShmCommOptions options;
+  transport::ShmCommOptions options = transport::ShmCommOptions::from_settings();
   options.timeout = timeout;
   return transport::connect_shm_comm(
       std::move(store), rank, size, options,

@@ -18,8 +18,8 @@ class CudaIpcKind final : public ChannelKind {
 
   ChannelTable connect(Store& store, int rank, int size, const std::vector<bool>& peers, int first,
                        Deadline deadline) const override {
-    auto links =
-        shm::link_peers(store, rank, size, peers, first, ShmCommOptions{}.ring_bytes, deadline);
+    auto links = shm::link_peers(store, rank, size, peers, first,
+                                 ShmCommOptions::from_settings().ring_bytes, deadline);
     ChannelTable table(static_cast<size_t>(size));
     for (int peer = 0; peer < size; ++peer) {
       if (!peers[peer]) continue;

@@ -2,6 +2,7 @@
 #include "transport/shm/shm_comm.h"
 
 #include "tdist/error.h"
+#include "tdist/settings.h"
 #include "transport/shm/channel.h"
 #include "transport/shm/setup.h"
 
@@ -31,6 +32,12 @@ class ShmKind final : public ChannelKind {
 };
 
 }  // namespace
+
+ShmCommOptions ShmCommOptions::from_settings() {
+  ShmCommOptions o;
+  o.ring_bytes = static_cast<size_t>(setting_int("TDIST_SHM_RING_BYTES"));
+  return o;
+}
 
 std::unique_ptr<ChannelKind> make_shm_kind(const ShmCommOptions& options) {
   return std::make_unique<ShmKind>(options);

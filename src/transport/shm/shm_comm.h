@@ -23,19 +23,23 @@
 #include <memory>
 #include <string>
 
-#include "tdist/settings.h"
 #include "tdist/store.h"
 #include "transport/comm.h"
 #include "transport/connect.h"
 
 namespace tdist::transport {
 
+// The defaults are the settings' declared ones; from_settings() resolves the environment
+// (TDIST_SHM_RING_BYTES) once, where a group is made.
 struct ShmCommOptions {
   // Deadline for the whole setup (TimeoutError naming the missing ranks).
   std::chrono::milliseconds timeout = kDefaultStoreTimeout;
   // Data bytes of each ring this rank sends on (one per peer), clamped to 4 KiB..1 GiB;
   // ranks may differ.
-  size_t ring_bytes = static_cast<size_t>(setting_int("TDIST_SHM_RING_BYTES"));
+  size_t ring_bytes = size_t{1} << 20;
+
+  // The environment's values (InvalidArgument naming a bad one).
+  static ShmCommOptions from_settings();
 };
 
 // Connects rank `rank` of `size` (all on this host, in one network namespace) through

@@ -7,6 +7,7 @@
 #include "tdist/error.h"
 #include "tdist/hash_store.h"
 #include "tdist/prefix_store.h"
+#include "tdist/settings.h"
 #include "tdist/tcp_store.h"
 #include "transport/core/peer.h"
 #include "transport/tcp/channel.h"
@@ -33,7 +34,9 @@ class TcpKind final : public ChannelKind {
   explicit TcpKind(const TcpCommOptions& options) : options_(options) {}
   const char* name() const override { return "tcp"; }
   bool can_connect(const std::string&, const std::string&) const override { return true; }
-  void prepare(Store& store) override { ip_ = net::choose_local_ip(route_of(store), options_.ifname); }
+  void prepare(Store& store) override {
+    ip_ = net::choose_local_ip(route_of(store), options_.ifname);
+  }
 
   ChannelTable connect(Store& store, int rank, int size, const std::vector<bool>& peers, int first,
                        Deadline deadline) const override {
@@ -65,6 +68,15 @@ class TcpKind final : public ChannelKind {
 };
 
 }  // namespace
+
+TcpCommOptions TcpCommOptions::from_settings() {
+  TcpCommOptions o;
+  o.ifname = setting_string("TDIST_SOCKET_IFNAME");
+  o.socket_buffer_bytes = static_cast<size_t>(setting_int("TDIST_SOCKET_BUFFER_BYTES"));
+  o.nsocks_per_peer = static_cast<int>(setting_int("TDIST_SOCKET_NSOCKS_PERPEER"));
+  o.tls = net::tls::Context::from_settings();
+  return o;
+}
 
 std::unique_ptr<ChannelKind> make_tcp_kind(const TcpCommOptions& options) {
   return std::make_unique<TcpKind>(options);

@@ -26,25 +26,30 @@
 #include <string>
 
 #include "net/tls.h"
-#include "tdist/settings.h"
 #include "tdist/store.h"
 #include "transport/comm.h"
 #include "transport/connect.h"
 
 namespace tdist::transport {
 
+// The defaults are the settings' declared ones; from_settings() resolves the environment
+// (TDIST_SOCKET_IFNAME, TDIST_SOCKET_BUFFER_BYTES, TDIST_SOCKET_NSOCKS_PERPEER, TDIST_TLS_*)
+// once, where a group is made.
 struct TcpCommOptions {
   // Deadline for the whole connection setup (TimeoutError naming the missing ranks).
   std::chrono::milliseconds timeout = kDefaultStoreTimeout;
-  // Interfaces to use, NCCL syntax (see interface.h); empty = the route to the store.
-  std::string ifname = setting_string("TDIST_SOCKET_IFNAME");
+  // Interfaces to use, NCCL syntax (net/interface.h); empty = the route to the store.
+  std::string ifname;
   // SO_SNDBUF/SO_RCVBUF per socket; 0 keeps the kernel's autotuning.
-  size_t socket_buffer_bytes = static_cast<size_t>(setting_int("TDIST_SOCKET_BUFFER_BYTES"));
+  size_t socket_buffer_bytes = size_t{4} << 20;
   // TCP connections per pair of ranks (clamped to 1..8); consecutive messages to a peer
   // alternate between them (see peer.h). Every rank must use the same value.
-  int nsocks_per_peer = static_cast<int>(setting_int("TDIST_SOCKET_NSOCKS_PERPEER"));
+  int nsocks_per_peer = 2;
   // Mutual TLS for every connection (the same on every rank); null = plain TCP.
-  std::shared_ptr<const net::tls::Context> tls = net::tls::Context::from_settings();
+  std::shared_ptr<const net::tls::Context> tls;
+
+  // The environment's values (InvalidArgument naming a bad one).
+  static TcpCommOptions from_settings();
 };
 
 // Connects rank `rank` of `size` to every other rank through `store` (namespaced per
