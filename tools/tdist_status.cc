@@ -27,8 +27,8 @@
 
 namespace {
 
-using tdist::backends::GroupStatus;
-using tdist::backends::RankStatus;
+using tdist::diag::GroupStatus;
+using tdist::diag::RankStatus;
 
 int usage(const std::string& why) {
   if (!why.empty()) std::cerr << "tdist-status: " << why << "\n";
@@ -40,13 +40,13 @@ int usage(const std::string& why) {
 // running); takes the record's token when the environment gives none. Empty, with the
 // reason on stderr, when there is no such job.
 std::string choose_job(const std::string& endpoint, long pid) {
-  std::vector<tdist::backends::JobRecord> records;
+  std::vector<tdist::diag::JobRecord> records;
   try {
-    records = tdist::backends::live_job_records();
+    records = tdist::diag::live_job_records();
   } catch (const tdist::Error&) {
     if (endpoint.empty()) throw;  // HOST:PORT given: the records only might add a token
   }
-  const tdist::backends::JobRecord* chosen = nullptr;
+  const tdist::diag::JobRecord* chosen = nullptr;
   for (const auto& r : records) {
     if ((!endpoint.empty() && r.endpoint == endpoint) || (pid != 0 && r.pid == pid)) chosen = &r;
   }
@@ -71,8 +71,8 @@ std::string choose_job(const std::string& endpoint, long pid) {
     std::cerr << "tdist-status: no tdistrun of yours with pid " << pid << " runs here\n";
     return "";
   }
-  const bool token_given =
-      tdist::setting_is_present("TDIST_AUTH_TOKEN") || tdist::setting_is_present("TDIST_AUTH_TOKEN_FILE");
+  const bool token_given = tdist::setting_is_present("TDIST_AUTH_TOKEN") ||
+                           tdist::setting_is_present("TDIST_AUTH_TOKEN_FILE");
   if (chosen != nullptr && !chosen->token.empty() && !token_given) {
     ::setenv("TDIST_AUTH_TOKEN", chosen->token.c_str(), 1);
   }
@@ -93,7 +93,7 @@ void print_rank(int rank, const RankStatus* status, const std::map<int, RankStat
               << " of group " << g.name << " (" << g.backend << ")";
     if (g.current_state == "started") std::cout << " for " << g.current_ms / 1000.0 << " s";
     std::cout << "\n";
-    const auto missing = tdist::backends::missing_ranks(g, answers, g.current_seq);
+    const auto missing = tdist::diag::missing_ranks(g, answers, g.current_seq);
     for (const std::string& m : missing) std::cout << "    waiting for " << m << "\n";
   }
   if (!busy) std::cout << "computing (in no collective)\n";
@@ -144,13 +144,13 @@ int main(int argc, char** argv) {
     options.port = hp.port;
     options.connect_timeout = std::chrono::seconds(5);
     tdist::TCPStore store(hp.host, options);
-    const tdist::backends::StatusEndpoint job = tdist::backends::find_status_endpoint(store);
+    const tdist::diag::StatusEndpoint job = tdist::diag::find_status_endpoint(store);
     if (job.ns.empty()) {
       std::cerr << "tdist-status: no tdist job has published its status at " << endpoint
                 << " (it calls init_process_group there?)\n";
       return 2;
     }
-    const auto answers = tdist::backends::ask_status(
+    const auto answers = tdist::diag::ask_status(
         store, job, std::chrono::milliseconds(static_cast<long long>(wait_s * 1000)));
     std::cout << "job at " << endpoint << ": " << job.world_size << " ranks, " << answers.size()
               << " answered within " << wait_s << " s\n";

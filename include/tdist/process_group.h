@@ -53,7 +53,7 @@ namespace tdist {
 namespace core {
 struct OpFingerprint;
 }
-namespace backends {
+namespace diag {
 class FlightRecorder;
 }
 
@@ -185,7 +185,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // the queueing. dump_flight_records() (distributed.h) writes every group's to a file.
   std::string flight_record() const;
   // The recorder itself, for tdist's own status and hang reports (an internal type).
-  const backends::FlightRecorder& flight_recorder() const { return *recorder_; }
+  const diag::FlightRecorder& flight_recorder() const { return *recorder_; }
 
  protected:
   ProcessGroup(std::shared_ptr<Store> store, int rank, int size, std::chrono::milliseconds timeout,
@@ -264,7 +264,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   Mutex issue_mu_;
   bool registered_ TDIST_GUARDED_BY(issue_mu_) = false;  // in the flight records' registry
   std::string name_ = "default";
-  std::unique_ptr<backends::FlightRecorder> recorder_;
+  std::unique_ptr<diag::FlightRecorder> recorder_;
   // TDIST_TRACE (diag/trace.h): this group's track in the timeline, -1 until its first
   // collective; a traced group writes the buffered events when it is destroyed.
   struct TraceTrack {

@@ -3,7 +3,7 @@
 
 #include "tdist/error.h"
 
-namespace tdist::backends {
+namespace tdist::diag {
 
 std::string describe(int rank, int size, const std::string& backend, const std::string& op,
                      uint64_t seq) {
@@ -32,4 +32,4 @@ std::exception_ptr add_context(std::exception_ptr error, const std::string& pref
   }
 }
 
-}  // namespace tdist::backends
+}  // namespace tdist::diag

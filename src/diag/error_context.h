@@ -8,7 +8,7 @@
 
 #include "tdist/error.h"
 
-namespace tdist::backends {
+namespace tdist::diag {
 
 // "rank 1/4 (tcp) all_reduce #17"
 std::string describe(int rank, int size, const std::string& backend, const std::string& op,
@@ -32,4 +32,4 @@ bool is_a(const std::exception_ptr& error) {
   }
 }
 
-}  // namespace tdist::backends
+}  // namespace tdist::diag

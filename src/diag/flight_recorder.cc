@@ -11,15 +11,15 @@
 #include <map>
 #include <thread>
 
-#include "diag/error_context.h"
-#include "diag/trace.h"
 #include "core/coarse_clock.h"
 #include "core/json_string.h"
+#include "diag/error_context.h"
+#include "diag/trace.h"
 #include "tdist/logging.h"
 #include "tdist/process_group.h"
 #include "tdist/settings.h"
 
-namespace tdist::backends {
+namespace tdist::diag {
 namespace {
 
 const char* state_of(bool started, bool finished, bool failed) {
@@ -285,4 +285,4 @@ void install_dump_signal() {
   (void)installed;
 }
 
-}  // namespace tdist::backends
+}  // namespace tdist::diag

@@ -28,7 +28,7 @@ namespace tdist {
 class ProcessGroup;
 }
 
-namespace tdist::backends {
+namespace tdist::diag {
 
 class FlightRecorder {
  public:
@@ -106,4 +106,4 @@ std::vector<std::string> dump_flight_records(const std::string& reason);
 // SIGUSR1 dumps (once per process; only when SIGUSR1 is not handled already).
 void install_dump_signal();
 
-}  // namespace tdist::backends
+}  // namespace tdist::diag

@@ -17,7 +17,7 @@
 #include "tdist/error.h"
 #include "tdist/settings.h"
 
-namespace tdist::backends {
+namespace tdist::diag {
 
 namespace {
 
@@ -128,4 +128,4 @@ std::vector<JobRecord> live_job_records() {
   return records;
 }
 
-}  // namespace tdist::backends
+}  // namespace tdist::diag

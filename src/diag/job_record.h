@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-namespace tdist::backends {
+namespace tdist::diag {
 
 struct JobRecord {
   long pid = 0;  // the tdistrun process
@@ -39,4 +39,4 @@ void remove_job_record(const std::string& path);  // best effort
 // tdist::Error when the folder is not the user's own.
 std::vector<JobRecord> live_job_records();
 
-}  // namespace tdist::backends
+}  // namespace tdist::diag

@@ -122,7 +122,7 @@ void ProcessGroup::monitored_barrier(std::optional<std::chrono::milliseconds> ti
   } catch (const Error& e) {
     // Our own TimeoutError already names the call; a store's failure gets the context.
     if (std::string_view(e.what()).rfind(context, 0) == 0) throw;
-    std::rethrow_exception(backends::add_context(std::current_exception(), context + ": "));
+    std::rethrow_exception(diag::add_context(std::current_exception(), context + ": "));
   }
   if (!failure.empty()) TDIST_THROW(TimeoutError, failure);
 }

@@ -16,7 +16,7 @@
 #include "tdist/tcp_store.h"
 #include "tdist/thread_annotations.h"
 
-namespace tdist::backends {
+namespace tdist::diag {
 namespace {
 
 constexpr char kCurrentKey[] = "tdist/status/current";
@@ -376,4 +376,4 @@ void stop_status_responder() {
   s.current.reset();
 }
 
-}  // namespace tdist::backends
+}  // namespace tdist::diag

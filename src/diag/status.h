@@ -27,7 +27,7 @@
 #include "tdist/process_group.h"
 #include "tdist/store.h"
 
-namespace tdist::backends {
+namespace tdist::diag {
 
 // Starts this process's responder for the job of `group` (init_process_group's group),
 // replacing one of an earlier init. Best effort: a failure is logged, never thrown.
@@ -84,4 +84,4 @@ std::vector<std::string> missing_ranks(const GroupStatus& waiter_group,
 // job cannot be asked (no responder: no init_process_group).
 std::vector<std::string> diagnose_wait(const ProcessGroup& group, uint64_t seq);
 
-}  // namespace tdist::backends
+}  // namespace tdist::diag

@@ -15,17 +15,17 @@
 #include <memory>
 #include <utility>
 
-#include "diag/error_context.h"
-#include "diag/flight_recorder.h"
 #include "core/json_string.h"
 #include "core/op_fingerprint.h"
+#include "diag/error_context.h"
+#include "diag/flight_recorder.h"
 #include "tdist/dtype.h"
 #include "tdist/logging.h"
 #include "tdist/reduce_op.h"
 #include "tdist/settings.h"
 #include "tdist/thread_annotations.h"
 
-namespace tdist::backends {
+namespace tdist::diag {
 namespace {
 
 constexpr size_t kFlushEvents = 10000;
@@ -360,4 +360,4 @@ std::string trace_file(const std::string& dir, int rank) {
       .string();
 }
 
-}  // namespace tdist::backends
+}  // namespace tdist::diag

@@ -32,7 +32,7 @@
 #include <string_view>
 #include <vector>
 
-namespace tdist::backends {
+namespace tdist::diag {
 
 class FlightRecorder;
 
@@ -85,4 +85,4 @@ std::vector<std::string> flush_trace();
 // DIR/tdist_trace_rank<rank>.json for TDIST_TRACE=DIR.
 std::string trace_file(const std::string& dir, int rank);
 
-}  // namespace tdist::backends
+}  // namespace tdist::diag

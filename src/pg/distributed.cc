@@ -70,7 +70,7 @@ void init_process_group(const std::string& backend, const std::string& init_meth
                         int rank, std::chrono::milliseconds timeout, std::shared_ptr<Store> store) {
   // A worker's uncaught exception then reaches the launcher's failure summary.
   record_errors();
-  backends::install_dump_signal();
+  diag::install_dump_signal();
   InitGuard guard;
   // The backend is checked before anything is contacted.
   BackendFactory factory = backend_factory(backend);
@@ -104,7 +104,7 @@ void init_process_group(const std::string& backend, const std::string& init_meth
     w.group = group;
   }
   set_log_rank(joined.rank);
-  backends::start_status_responder(group);
+  diag::start_status_responder(group);
   TDIST_LOG(kInfo) << "initialized process group: backend " << group->backend_name() << ", rank "
                    << joined.rank << " of " << joined.world_size;
 }
@@ -121,7 +121,7 @@ void destroy_process_group() {
     w.group = nullptr;
   }
   set_log_rank(-1);
-  backends::stop_status_responder();
+  diag::stop_status_responder();
   group.reset();  // outside the lock: a backend's teardown may block
 }
 
@@ -136,8 +136,6 @@ int get_world_size() { return require_group("get_world_size")->size(); }
 std::string get_backend() { return require_group("get_backend")->backend_name(); }
 std::shared_ptr<ProcessGroup> get_default_group() { return require_group("get_default_group"); }
 
-std::vector<std::string> dump_flight_records() {
-  return backends::dump_flight_records("on request");
-}
+std::vector<std::string> dump_flight_records() { return diag::dump_flight_records("on request"); }
 
 }  // namespace tdist

@@ -4,7 +4,7 @@
 #include "core/coarse_clock.h"
 #include "core/polling.h"
 
-namespace tdist::backends {
+namespace tdist::pg {
 namespace {
 
 using std::chrono::steady_clock;
@@ -117,4 +117,4 @@ void QueuedWork::poll(Deadline deadline) {
   }
 }
 
-}  // namespace tdist::backends
+}  // namespace tdist::pg

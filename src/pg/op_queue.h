@@ -32,7 +32,7 @@
 #include "tdist/thread_annotations.h"
 #include "tdist/work.h"
 
-namespace tdist::backends {
+namespace tdist::pg {
 
 class QueuedWork;
 
@@ -124,4 +124,4 @@ class QueuedCall final : public QueuedWork {
   Fn fn_;
 };
 
-}  // namespace tdist::backends
+}  // namespace tdist::pg

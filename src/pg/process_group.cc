@@ -9,9 +9,9 @@
 #include <string>
 #include <utility>
 
+#include "core/json_string.h"
 #include "diag/flight_recorder.h"
 #include "diag/trace.h"
-#include "core/json_string.h"
 #include "tdist/error.h"
 #include "tdist/prefix_store.h"
 #include "tdist/settings.h"
@@ -26,7 +26,7 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int size,
       timeout_(timeout),
       global_ranks_(std::move(global_ranks)),
       debug_detail_(setting_string("TDIST_DEBUG") == "detail"),
-      recorder_(std::make_unique<backends::FlightRecorder>(
+      recorder_(std::make_unique<diag::FlightRecorder>(
           static_cast<size_t>(setting_int("TDIST_FLIGHT_RECORDER_SIZE")))) {
   TDIST_CHECK(store_ != nullptr, InvalidArgument, "ProcessGroup: the store is null");
   TDIST_CHECK(size_ >= 1, InvalidArgument, "ProcessGroup: size ", size_, " is below 1");
@@ -89,7 +89,7 @@ std::string ProcessGroup::flight_record() const {
 ProcessGroup::TraceTrack::~TraceTrack() {
   if (id.load(std::memory_order_relaxed) < 0) return;  // untraced, or no collective
   try {
-    (void)backends::flush_trace();
+    (void)diag::flush_trace();
   } catch (const std::exception&) {  // out of memory: the exit writes what is left
   }
 }
@@ -99,25 +99,25 @@ void ProcessGroup::note_started(uint64_t seq) { recorder_->started(seq); }
 void ProcessGroup::note_finished(uint64_t seq, const std::exception_ptr& error,
                                  std::string_view algorithm) {
   const bool first_failure = recorder_->finished(seq, error);
-  if (backends::trace_enabled()) {
+  if (diag::trace_enabled()) {
     const int rank = global_ranks_[static_cast<size_t>(rank_)];
     int track = trace_track_.id.load(std::memory_order_relaxed);
     if (track < 0) {  // the same number whoever asks first
-      track = backends::trace_track(rank, "group " + name_ + " (" + backend_name() + ")");
+      track = diag::trace_track(rank, "group " + name_ + " (" + backend_name() + ")");
       trace_track_.id.store(track, std::memory_order_relaxed);
     }
-    backends::trace_collective(rank, track, name_, seq, *recorder_, error, algorithm);
+    diag::trace_collective(rank, track, name_, seq, *recorder_, error, algorithm);
   }
   if (!first_failure) return;
   // The group's first failure: what every group of this process was doing.
   try {
     std::rethrow_exception(error);
   } catch (const TimeoutError&) {
-    backends::dump_flight_records("timeout in group " + name_);
+    diag::dump_flight_records("timeout in group " + name_);
   } catch (const DesyncError&) {
-    backends::dump_flight_records("desync in group " + name_);
+    diag::dump_flight_records("desync in group " + name_);
   } catch (const PeerError&) {
-    backends::dump_flight_records("peer error in group " + name_);
+    diag::dump_flight_records("peer error in group " + name_);
   } catch (...) {  // a user's mistake (InvalidArgument and the like): no dump
   }
 }

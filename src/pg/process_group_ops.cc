@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <limits>
 
-#include "diag/flight_recorder.h"
 #include "core/op_fingerprint.h"
+#include "diag/flight_recorder.h"
 #include "tdist/error.h"
 #include "tdist/process_group.h"
 
@@ -71,7 +71,7 @@ WorkPtr ProcessGroup::numbered(const core::OpFingerprint& fp, Call&& call) {
   const uint64_t seq = next_seq_.load(std::memory_order_relaxed);
   if (!registered_) {
     registered_ = true;
-    backends::register_group(weak_from_this());
+    diag::register_group(weak_from_this());
   }
   recorder_->enqueued(seq, fp);
   WorkPtr work = call(seq);

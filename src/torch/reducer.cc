@@ -13,13 +13,13 @@
 #include <exception>
 #include <utility>
 
+#include "core/polling.h"
 #include "diag/trace.h"
 #include "tdist/device.h"
 #include "tdist/error.h"
 #include "tdist/logging.h"
 #include "tdist/torch/collectives.h"
 #include "tdist/torch/types.h"
-#include "core/polling.h"
 
 namespace tdist::torch {
 namespace {
@@ -80,9 +80,9 @@ Reducer::Reducer(std::vector<NamedTensor> params, std::shared_ptr<ProcessGroup> 
     params_.push_back(std::move(param));
   }
   ready_.assign(params_.size(), 0);
-  if (backends::trace_enabled()) {
+  if (diag::trace_enabled()) {
     trace_rank_ = group_->global_rank(group_->rank());
-    trace_track_ = backends::trace_track(trace_rank_, "DDP buckets");
+    trace_track_ = diag::trace_track(trace_rank_, "DDP buckets");
   }
   std::vector<size_t> reversed(params_.size());
   for (size_t i = 0; i < reversed.size(); ++i) reversed[i] = reversed.size() - 1 - i;
@@ -217,8 +217,8 @@ void Reducer::launch_full_buckets() {
 
 namespace {
 
-backends::TraceArgs bucket_args(size_t index, size_t bytes, size_t params) {
-  backends::TraceArgs args;
+diag::TraceArgs bucket_args(size_t index, size_t bytes, size_t params) {
+  diag::TraceArgs args;
   args.add_uint("bucket", index).add_uint("bytes", bytes).add_uint("params", params);
   return args;
 }
@@ -226,24 +226,24 @@ backends::TraceArgs bucket_args(size_t index, size_t bytes, size_t params) {
 }  // namespace
 
 void Reducer::trace_ready(const Bucket& bucket) const {
-  backends::trace_instant(trace_rank_, trace_track_,
-                          "bucket " + std::to_string(bucket.grad.index) + " ready", "ddp",
-                          backends::trace_now_ns(),
-                          bucket_args(bucket.grad.index, bucket.bytes, bucket.params.size())
-                              .add_uint("pass", synced_passes_));
+  diag::trace_instant(trace_rank_, trace_track_,
+                      "bucket " + std::to_string(bucket.grad.index) + " ready", "ddp",
+                      diag::trace_now_ns(),
+                      bucket_args(bucket.grad.index, bucket.bytes, bucket.params.size())
+                          .add_uint("pass", synced_passes_));
 }
 
 void Reducer::trace_launched(Bucket& bucket) const {
   // One complete event from the launch to the end of the bucket's Work (the callback runs
   // on whichever thread finishes it, or here when it already has).
-  const int64_t launched = backends::trace_now_ns();
-  bucket.work->add_callback([rank = trace_rank_, track = trace_track_, launched,
-                             args =
-                                 bucket_args(bucket.grad.index, bucket.bytes, bucket.params.size())
-                                     .add_uint("pass", synced_passes_),
-                             name = "bucket " + std::to_string(bucket.grad.index)]() {
-    backends::trace_complete(rank, track, name, "ddp", launched, backends::trace_now_ns(), args);
-  });
+  const int64_t launched = diag::trace_now_ns();
+  bucket.work->add_callback(
+      [rank = trace_rank_, track = trace_track_, launched,
+       args = bucket_args(bucket.grad.index, bucket.bytes, bucket.params.size())
+                  .add_uint("pass", synced_passes_),
+       name = "bucket " + std::to_string(bucket.grad.index)]() {
+        diag::trace_complete(rank, track, name, "ddp", launched, diag::trace_now_ns(), args);
+      });
 }
 
 void Reducer::mark_ready(size_t index) {

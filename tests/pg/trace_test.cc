@@ -84,7 +84,7 @@ TEST(Trace, EveryCollectiveIsOneCompleteEventOnItsGroupsTrack) {
   trace_dir();
   ThreadWorld world(2);
   ASSERT_TRUE(world.ok());
-  ASSERT_TRUE(backends::trace_enabled());
+  ASSERT_TRUE(diag::trace_enabled());
   world.run([](int rank, ProcessGroup& pg) {
     std::vector<float> x(1024, 1.0f);
     pg.all_reduce(x.data(), x.size(), DType::kF32)->wait();
@@ -102,7 +102,7 @@ TEST(Trace, EveryCollectiveIsOneCompleteEventOnItsGroupsTrack) {
     int64_t v = 1;
     sub->all_reduce(&v, 1, DType::kI64, ReduceOpKind::kMin)->wait();
   });
-  backends::flush_trace();  // (the sub-groups' destruction wrote most already)
+  diag::flush_trace();  // (the sub-groups' destruction wrote most already)
   const std::string backend = test_backend();
   for (int rank = 0; rank < 2; ++rank) {
     SCOPED_TRACE("rank " + std::to_string(rank));
@@ -178,14 +178,14 @@ TEST(Trace, LaterWritesAppendAndFailedOperationsCarryTheirError) {
     int32_t v[3] = {1, 2, 3};
     pg.all_reduce(v, 3, DType::kI32)->wait();
   });
-  backends::flush_trace();
+  diag::flush_trace();
   const size_t before = read_trace(0).at("traceEvents").size();
   // Rank 1 reduces 5 elements where rank 0 reduces 4: both get DesyncError.
   world.run([](int rank, ProcessGroup& pg) {
     int32_t v[5] = {};
     EXPECT_THROW(pg.all_reduce(v, rank == 0 ? 4 : 5, DType::kI32)->wait(), DesyncError);
   });
-  backends::flush_trace();
+  diag::flush_trace();
   for (int rank = 0; rank < 2; ++rank) {
     SCOPED_TRACE("rank " + std::to_string(rank));
     const json trace = read_trace(rank);

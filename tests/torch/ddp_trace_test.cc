@@ -124,7 +124,7 @@ TEST(DdpTrace, EveryBucketIsReadyThenLaunchedUntilItsWorkEnds) {
   char name[] = "/tmp/tdist_ddp_trace_XXXXXX";
   const std::string dir = ::mkdtemp(name);
   ::setenv("TDIST_TRACE", dir.c_str(), 1);
-  ASSERT_TRUE(backends::trace_enabled());
+  ASSERT_TRUE(diag::trace_enabled());
   ::torch::set_num_threads(1);
   const CommOverlap modes[] = {CommOverlap::kDuringBackward, CommOverlap::kAfterBackward};
   std::vector<double> times = {now_us()};
@@ -132,7 +132,7 @@ TEST(DdpTrace, EveryBucketIsReadyThenLaunchedUntilItsWorkEnds) {
     train(mode);
     times.push_back(now_us());
   }
-  backends::flush_trace();
+  diag::flush_trace();
   for (size_t m = 0; m < 2; ++m) {
     for (int rank = 0; rank < 2; ++rank) {
       SCOPED_TRACE((m == 0 ? "during backward, rank " : "after backward, rank ") +

@@ -133,13 +133,13 @@ class RunDirectory {
 class JobRecordFile {
  public:
   JobRecordFile() = default;
-  ~JobRecordFile() { backends::remove_job_record(path_); }
+  ~JobRecordFile() { diag::remove_job_record(path_); }
   JobRecordFile(const JobRecordFile&) = delete;
   JobRecordFile& operator=(const JobRecordFile&) = delete;
 
-  void write(const backends::JobRecord& record) {
+  void write(const diag::JobRecord& record) {
     try {
-      path_ = backends::write_job_record(record);
+      path_ = diag::write_job_record(record);
     } catch (const Error& e) {  // the job runs anyway; only tdist-status without arguments lacks it
       say(std::string("warning: ") + e.what());
     }
@@ -173,7 +173,7 @@ class Agent {
     std::unique_ptr<NodeRendezvous> rdzv =
         interruptible(signals_, [&] { return std::make_unique<NodeRendezvous>(rdzv_config()); });
     rdzv_ = rdzv.get();
-    backends::JobRecord record;
+    diag::JobRecord record;
     record.endpoint = store_endpoint();
     record.run_id = options_.rdzv_id;
     if (fresh_token_) record.token = setting_string("TDIST_AUTH_TOKEN");

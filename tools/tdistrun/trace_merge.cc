@@ -40,7 +40,7 @@ int rank_of(const std::string& name) {
 void remove_rank_traces(const std::string& dir, const std::vector<int>& ranks) {
   for (int rank : ranks) {
     std::error_code ignored;
-    fs::remove(backends::trace_file(dir, rank), ignored);
+    fs::remove(diag::trace_file(dir, rank), ignored);
   }
 }
 

@@ -109,10 +109,10 @@ WorkPtr CommProcessGroup::enqueue(uint64_t seq, const core::OpFingerprint& fp, R
   // One block from this thread's cache: the Work holds the operation (a std::function
   // over a reference stores it in place).
   if (device_) device_->order_after_caller();  // on the caller's thread (comm_device.h)
-  auto call = [this, fp, run = std::move(run)](uint64_t n, QueuedWork& work) {
+  auto call = [this, fp, run = std::move(run)](uint64_t n, pg::QueuedWork& work) {
     execute(n, fp, work, std::cref(run));
   };
-  using Call = QueuedCall<decltype(call)>;
+  using Call = pg::QueuedCall<decltype(call)>;
   auto work =
       std::allocate_shared<Call>(core::CachingAllocator<Call>(), core::op_kind_name(fp.kind),
                                  weak_from_this(), ops_, std::move(call));
@@ -120,12 +120,12 @@ WorkPtr CommProcessGroup::enqueue(uint64_t seq, const core::OpFingerprint& fp, R
   return work;
 }
 
-void CommProcessGroup::execute(uint64_t seq, const core::OpFingerprint& fp, QueuedWork& work,
+void CommProcessGroup::execute(uint64_t seq, const core::OpFingerprint& fp, pg::QueuedWork& work,
                                const std::function<void(const coll::Ctx&)>& run) {
-  auto where = [&] { return describe(rank(), size(), backend_, work.op(), seq); };
+  auto where = [&] { return diag::describe(rank(), size(), backend_, work.op(), seq); };
   if (std::exception_ptr failed = comm_->error()) {
     if (std::exception_ptr settled = failure()) failed = settled;
-    failed = add_context(failed, where() + ": the group was aborted earlier: ");
+    failed = diag::add_context(failed, where() + ": the group was aborted earlier: ");
     note_finished(seq, failed);
     work.finish(failed);
     return;
@@ -148,7 +148,8 @@ void CommProcessGroup::execute(uint64_t seq, const core::OpFingerprint& fp, Queu
     note_finished(seq, nullptr, algorithm());
     work.finish();
   } catch (...) {
-    std::exception_ptr error = settle(seq, add_context(std::current_exception(), where() + ": "));
+    std::exception_ptr error =
+        settle(seq, diag::add_context(std::current_exception(), where() + ": "));
     comm_->abort(error);
     note_finished(seq, error, algorithm());
     work.finish(error);
@@ -156,26 +157,27 @@ void CommProcessGroup::execute(uint64_t seq, const core::OpFingerprint& fp, Queu
 }
 
 std::exception_ptr CommProcessGroup::settle(uint64_t seq, std::exception_ptr error) {
-  if (is_a<TimeoutError>(error) && what_of(error).find("; not arrived: ") == std::string::npos) {
+  if (diag::is_a<TimeoutError>(error) &&
+      diag::what_of(error).find("; not arrived: ") == std::string::npos) {
     // Which ranks never arrived, asked of the job (status.h) within 2 s, unless the peer
     // whose timeout this is (its abort notice) said so already.
-    const std::vector<std::string> missing = diagnose_wait(*this, seq);
+    const std::vector<std::string> missing = diag::diagnose_wait(*this, seq);
     if (!missing.empty()) {
-      std::string text = what_of(error) + "; not arrived: ";
+      std::string text = diag::what_of(error) + "; not arrived: ";
       for (size_t i = 0; i < missing.size(); ++i) text += (i > 0 ? "; " : "") + missing[i];
       error = std::make_exception_ptr(TimeoutError(text));
     }
-  } else if (is_a<DesyncError>(error)) {
+  } else if (diag::is_a<DesyncError>(error)) {
     try {
-      store()->set(kDesyncKey, text_bytes(what_of(error)));
+      store()->set(kDesyncKey, text_bytes(diag::what_of(error)));
     } catch (const std::exception&) {  // best effort: the peers may say PeerError then
     }
-  } else if (is_a<PeerError>(error)) {
+  } else if (diag::is_a<PeerError>(error)) {
     try {
       store()->wait({kDesyncKey}, Deadline::after(kDesyncLookup));
       const Bytes text = store()->get(kDesyncKey);
       error = std::make_exception_ptr(
-          DesyncError(what_of(error) + "; because " + std::string(text.begin(), text.end())));
+          DesyncError(diag::what_of(error) + "; because " + std::string(text.begin(), text.end())));
     } catch (const std::exception&) {  // no desync was found: the PeerError it is
     }
   }
@@ -272,9 +274,9 @@ WorkPtr CommProcessGroup::do_barrier(uint64_t seq) {
 }
 
 void CommProcessGroup::abort() {
-  comm_->abort(
-      std::make_exception_ptr(PeerError(describe(rank(), size(), backend_, "abort", next_seq()) +
-                                        ": the group was aborted by the user")));
+  comm_->abort(std::make_exception_ptr(
+      PeerError(diag::describe(rank(), size(), backend_, "abort", next_seq()) +
+                ": the group was aborted by the user")));
 }
 
 }  // namespace tdist::backends

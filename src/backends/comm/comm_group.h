@@ -90,7 +90,7 @@ class CommProcessGroup : public ProcessGroup {
   // Queues the operation numbered `seq`, described by `fp` (op_queue.h).
   template <typename Run>  // Run: void(const coll::Ctx&); defined in comm_group.cc
   WorkPtr enqueue(uint64_t seq, const core::OpFingerprint& fp, Run run);
-  void execute(uint64_t seq, const core::OpFingerprint& fp, QueuedWork& work,
+  void execute(uint64_t seq, const core::OpFingerprint& fp, pg::QueuedWork& work,
                const std::function<void(const coll::Ctx&)>& run);
   // The error operation `seq` failed with, as the group reports it from now on: a
   // TimeoutError names the ranks that never arrived (status.h); a DesyncError is left in
@@ -116,7 +116,7 @@ class CommProcessGroup : public ProcessGroup {
   const coll::CollectiveSettings device_settings_;
   mutable Mutex failure_mu_;
   std::exception_ptr failure_ TDIST_GUARDED_BY(failure_mu_);
-  OpQueue ops_;  // after comm_: stopped (drained) in the destructor, before comm_ goes
+  pg::OpQueue ops_;  // after comm_: stopped (drained) in the destructor, before comm_ goes
 };
 
 }  // namespace tdist::backends

@@ -4,9 +4,9 @@
 #include <utility>
 
 #include "backends/comm/comm_group.h"
-#include "diag/error_context.h"
 #include "core/block_cache.h"
 #include "core/coarse_clock.h"
+#include "diag/error_context.h"
 #include "tdist/error.h"
 #include "tdist/thread_annotations.h"
 
@@ -51,9 +51,9 @@ class RequestWork : public Work, public DeviceWork {
       } catch (const TimeoutError&) {
         // The caller's own deadline only ends this wait; the operation's ends the op.
         if (!op_deadline_.expired()) return;
-        error = add_context(std::current_exception(), where() + ": ");
+        error = diag::add_context(std::current_exception(), where() + ": ");
       } catch (...) {
-        error = add_context(std::current_exception(), where() + ": ");
+        error = diag::add_context(std::current_exception(), where() + ": ");
       }
     }
     finish(error);

@@ -6,9 +6,9 @@
 #include <numeric>
 #include <utility>
 
-#include "diag/error_context.h"
 #include "backends/mpi/mpi_runtime.h"
 #include "core/reduce_kernels.h"
+#include "diag/error_context.h"
 #include "tdist/error.h"
 
 namespace tdist::backends::mpi {
@@ -107,20 +107,20 @@ WorkPtr MpiProcessGroup::enqueue(uint64_t seq, const char* op, Run run) {
     execute(n, work, std::cref(run));
   };
   auto work =
-      std::make_shared<QueuedCall<decltype(call)>>(op, weak_from_this(), ops_, std::move(call));
+      std::make_shared<pg::QueuedCall<decltype(call)>>(op, weak_from_this(), ops_, std::move(call));
   ops_.push(seq, work);
   return work;
 }
 
 void MpiProcessGroup::execute(uint64_t seq, Work& work, const std::function<void(MPI_Comm)>& run) {
-  const std::string where = describe(rank(), size(), "mpi", work.op(), seq);
+  const std::string where = diag::describe(rank(), size(), "mpi", work.op(), seq);
   std::exception_ptr earlier;
   {
     MutexLock lock(mu_);
     earlier = aborted_;
   }
   if (earlier) {
-    earlier = add_context(earlier, where + ": the group was aborted earlier: ");
+    earlier = diag::add_context(earlier, where + ": the group was aborted earlier: ");
     note_finished(seq, earlier);
     work.finish(earlier);
     return;
@@ -131,7 +131,7 @@ void MpiProcessGroup::execute(uint64_t seq, Work& work, const std::function<void
     note_finished(seq, nullptr, "mpi");
     work.finish();
   } catch (...) {
-    std::exception_ptr error = add_context(std::current_exception(), where + ": ");
+    std::exception_ptr error = diag::add_context(std::current_exception(), where + ": ");
     {
       MutexLock lock(mu_);
       if (!aborted_) aborted_ = error;
@@ -292,7 +292,7 @@ void MpiProcessGroup::abort() {
   MutexLock lock(mu_);
   if (aborted_) return;
   aborted_ =
-      std::make_exception_ptr(PeerError(describe(rank(), size(), "mpi", "abort", next_seq()) +
+      std::make_exception_ptr(PeerError(diag::describe(rank(), size(), "mpi", "abort", next_seq()) +
                                         ": the group was aborted by the user"));
 }
 

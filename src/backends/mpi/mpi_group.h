@@ -100,7 +100,7 @@ class MpiProcessGroup : public ProcessGroup {
 
   Mutex mu_;
   std::exception_ptr aborted_ TDIST_GUARDED_BY(mu_);  // the error that aborted the group
-  OpQueue ops_;  // stopped (drained) in the destructor, before comm_ is freed
+  pg::OpQueue ops_;  // stopped (drained) in the destructor, before comm_ is freed
 };
 
 }  // namespace tdist::backends::mpi

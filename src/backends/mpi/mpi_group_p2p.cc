@@ -10,9 +10,9 @@
 #include <thread>
 #include <utility>
 
-#include "diag/error_context.h"
 #include "backends/mpi/mpi_group.h"
 #include "backends/mpi/mpi_runtime.h"
+#include "diag/error_context.h"
 #include "tdist/error.h"
 #include "tdist/thread_annotations.h"
 
@@ -72,7 +72,7 @@ class RequestWork : public Work {
       check(rc, n == 1 ? "MPI_Wait" : "MPI_Waitall");
       finish();
     } catch (...) {
-      finish(add_context(std::current_exception(), where_ + ": "));  // keeps check()'s type
+      finish(diag::add_context(std::current_exception(), where_ + ": "));  // keeps check()'s type
     }
   }
 

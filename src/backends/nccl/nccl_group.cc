@@ -6,8 +6,8 @@
 #include <cstring>
 #include <utility>
 
-#include "diag/error_context.h"
 #include "backends/nccl/nccl_runtime.h"
+#include "diag/error_context.h"
 #include "tdist/error.h"
 #include "tdist/logging.h"
 
@@ -232,7 +232,7 @@ NcclProcessGroup::~NcclProcessGroup() {
 }
 
 std::string NcclProcessGroup::where(const std::string& op, std::optional<uint64_t> seq) const {
-  if (seq) return describe(rank(), size(), "nccl", op, *seq);
+  if (seq) return diag::describe(rank(), size(), "nccl", op, *seq);
   return detail::str_cat("rank ", rank(), "/", size(), " (nccl) ", op);
 }
 
@@ -262,7 +262,7 @@ WorkPtr NcclProcessGroup::launch(const char* op, std::optional<uint64_t> seq,
       std::make_shared<NcclWork>(op, seq, Deadline::after(timeout()),
                                  std::static_pointer_cast<NcclProcessGroup>(shared_from_this()));
   if (std::exception_ptr failed = failure()) {
-    settle(*work, add_context(failed, where(op, seq) + ": the group failed earlier: "));
+    settle(*work, diag::add_context(failed, where(op, seq) + ": the group failed earlier: "));
     return work;
   }
   if (seq) note_started(*seq);
@@ -290,7 +290,7 @@ WorkPtr NcclProcessGroup::launch(const char* op, std::optional<uint64_t> seq,
   }
   if (error) {
     // The communicator's state after a failed enqueue is unknown: the group fails.
-    error = add_context(error, where(op, seq) + ": ");
+    error = diag::add_context(error, where(op, seq) + ": ");
     fail(error);
     settle(*work, error);
     return work;
@@ -317,7 +317,7 @@ bool NcclProcessGroup::try_settle(NcclWork& work) {
         cudaGetErrorName(rc), ")"))));
   }
   if (std::exception_ptr failed = failure()) {
-    settle(work, add_context(failed, where(work.op(), work.seq_) + ": "));
+    settle(work, diag::add_context(failed, where(work.op(), work.seq_) + ": "));
     return true;
   }
   return false;
@@ -337,8 +337,8 @@ void NcclProcessGroup::fail(std::exception_ptr error, bool announce) {
     failed_ = error;
   }
   abort_requested_.store(true, std::memory_order_release);
-  if (announce && notice_) notice_->announce(what_of(error));
-  TDIST_LOG(kWarn) << "nccl: " << what_of(error) << "; aborting the NCCL communicator";
+  if (announce && notice_) notice_->announce(diag::what_of(error));
+  TDIST_LOG(kWarn) << "nccl: " << diag::what_of(error) << "; aborting the NCCL communicator";
   {
     MutexLock lock(launch_mu_);
     if (comm_ != nullptr) {
@@ -351,8 +351,9 @@ void NcclProcessGroup::fail(std::exception_ptr error, bool announce) {
 }
 
 void NcclProcessGroup::abort() {
-  fail(std::make_exception_ptr(PeerError(describe(rank(), size(), "nccl", "abort", next_seq()) +
-                                         ": the group was aborted by the user")));
+  fail(std::make_exception_ptr(
+      PeerError(diag::describe(rank(), size(), "nccl", "abort", next_seq()) +
+                ": the group was aborted by the user")));
 }
 
 void NcclProcessGroup::check_async_error() {
