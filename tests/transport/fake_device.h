@@ -1,5 +1,5 @@
-// A stand-in for a device-memory channel that runs without a GPU: HostDeviceChannel wraps
-// a shared-memory channel and "carries device memory" that is host memory of this process
+// A stand-in for a device-memory channel that runs without a GPU: HostDeviceChannel is
+// a shared-memory channel that also "carries device memory" that is host memory of this process
 // (ranks are threads): its descriptor is the sender's address, and import_device copies
 // from it. It exercises the core's device path (core/wire.h: descriptors, answers,
 // release, kind checks) and, with HostDeviceOps, the algorithms' device path
@@ -21,7 +21,6 @@
 #include "core/reduce_kernels.h"
 #include "tdist/store.h"
 #include "transport/connect.h"
-#include "transport/core/host_frames_channel.h"
 #include "transport/shm/channel.h"
 #include "transport/shm/setup.h"
 #include "transport/shm/shm_comm.h"
@@ -34,14 +33,14 @@ struct DeviceCounters {
   std::atomic<int> imported{0};
 };
 
-class HostDeviceChannel final : public core::HostFramesChannel {
+class HostDeviceChannel final : public shm::ShmChannel, public core::DeviceChannel {
  public:
-  HostDeviceChannel(std::unique_ptr<core::Channel> host, DeviceCounters* counters)
-      : HostFramesChannel(std::move(host)), counters_(counters) {}
+  HostDeviceChannel(shm::PeerLink link, DeviceCounters* counters)
+      : ShmChannel(std::move(link)), counters_(counters) {}
 
   const char* kind() const override { return "host_device"; }
-  std::string describe() const override { return "host_device over " + host().describe(); }
-  bool carries_device() const override { return true; }
+  std::string describe() const override { return "host_device over " + ShmChannel::describe(); }
+  core::DeviceChannel* device() override { return this; }
   void export_device(const void* data, size_t bytes, core::DeviceDescriptor* out) override {
     const uint64_t words[3] = {reinterpret_cast<uint64_t>(data), bytes, kMagic};
     std::memcpy(out->bytes, words, sizeof(words));
@@ -88,8 +87,7 @@ class HostDeviceKind final : public ChannelKind {
     ChannelTable table(static_cast<size_t>(size));
     for (int p = 0; p < size; ++p) {
       if (!peers[p]) continue;
-      table[p].push_back(std::make_unique<HostDeviceChannel>(
-          std::make_unique<shm::ShmChannel>(std::move(links[p])), counters_));
+      table[p].push_back(std::make_unique<HostDeviceChannel>(std::move(links[p]), counters_));
     }
     return table;
   }

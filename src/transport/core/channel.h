@@ -17,12 +17,14 @@
 // closed its side (or died). Errors that break the pipe are reported through *lost (a
 // reason without the rank prefix; the core adds "rank R: connection to rank P (...) lost:").
 //
-// Memory kinds: a channel that carries device memory (cuda_ipc) says so (carries_device)
-// and moves device payloads by descriptor (wire.h): the sender's channel describes the
-// buffer (export_device: e.g. an IPC memory handle and an IPC event recorded after the
-// work that produced it), the core sends the descriptor as a rendezvous, the receiver's
-// channel copies device to device (import_device, complete when it returns) and the core
-// answers; the sender's channel then frees what the descriptor held (release_device).
+// Memory kinds: a channel that carries device memory (cuda_ipc) offers a DeviceChannel
+// (device(); null for host channels) and moves device payloads by descriptor (wire.h): the
+// sender's channel describes the buffer (export_device: e.g. an IPC memory handle and an
+// IPC event recorded after the work that produced it), the core sends the descriptor as a
+// rendezvous, the receiver's channel copies device to device (import_device, complete when
+// it returns) and the core answers; the sender's channel then frees what the descriptor
+// held (release_device). A device channel is a host channel too (cuda_ipc's is a shm
+// channel that also carries device memory), not a wrapper that forwards to one.
 // Host frames (headers, control, host payloads) still go through write/read. Algorithms do
 // not change: they post isend_device/irecv_device on the Comm (comm.h).
 //
@@ -41,6 +43,29 @@
 #include "transport/core/wire.h"
 
 namespace tdist::transport::core {
+
+// The device-memory calls of a channel that carries device memory (Channel::device()).
+// export_device throws Error when `data` cannot be shared (not device memory of this
+// channel's device; a CUDA error), before anything is sent. import_device returns "" once
+// `bytes` are in `dest`, else why not (the Comm aborts). Thread-safety: as Channel's; the
+// send side (export, release) and the receive side (import, allocate, copy, free) may run
+// concurrently.
+class DeviceChannel {
+ public:
+  virtual ~DeviceChannel() = default;
+
+  virtual void export_device(const void* data, size_t bytes, DeviceDescriptor* out) = 0;
+  virtual std::string import_device(void* dest, size_t bytes,
+                                    const DeviceDescriptor& descriptor) = 0;
+  virtual void release_device(const DeviceDescriptor& descriptor) = 0;
+  // Device memory of the channel's own for a device payload that arrives before its
+  // receive (wire.h: collective messages are taken at once, as eager ones): the core
+  // imports it there, later copies it to the receive (copy_device: "" or why not) and
+  // frees it. allocate_device returns null when it cannot (the Comm aborts).
+  virtual void* allocate_device(size_t bytes) = 0;
+  virtual void free_device(void* data, size_t bytes) = 0;
+  virtual std::string copy_device(void* dest, const void* src, size_t bytes) = 0;
+};
 
 class Channel {
  public:
@@ -84,25 +109,8 @@ class Channel {
     return false;
   }
 
-  // Device memory (see above). export_device throws Error when `data` cannot be shared
-  // (not device memory of this channel's device; a CUDA error), before anything is sent.
-  // import_device returns "" once `bytes` are in `dest`, else why not (the Comm aborts).
-  virtual bool carries_device() const { return false; }
-  virtual void export_device(const void* /*data*/, size_t /*bytes*/, DeviceDescriptor* /*out*/) {}
-  virtual std::string import_device(void* /*dest*/, size_t /*bytes*/,
-                                    const DeviceDescriptor& /*descriptor*/) {
-    return "this channel carries no device memory";
-  }
-  virtual void release_device(const DeviceDescriptor& /*descriptor*/) {}
-  // Device memory of the channel's own for a device payload that arrives before its
-  // receive (wire.h: collective messages are taken at once, as eager ones): the core
-  // imports it there, later copies it to the receive (copy_device: "" or why not) and
-  // frees it. allocate_device returns null when it cannot (the Comm aborts).
-  virtual void* allocate_device(size_t /*bytes*/) { return nullptr; }
-  virtual void free_device(void* /*data*/, size_t /*bytes*/) {}
-  virtual std::string copy_device(void* /*dest*/, const void* /*src*/, size_t /*bytes*/) {
-    return "this channel carries no device memory";
-  }
+  // The device memory this channel also carries (see above), or null: a host channel.
+  virtual DeviceChannel* device() { return nullptr; }
 
   // Sleeping (see above). want_write: this rank waits for room to write.
   virtual void arm(bool want_write) = 0;

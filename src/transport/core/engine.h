@@ -38,13 +38,13 @@
 #include <string>
 #include <vector>
 
+#include "core/polling.h"
 #include "net/fd.h"
 #include "tdist/thread_annotations.h"
 #include "transport/comm.h"
 #include "transport/core/channel.h"
 #include "transport/core/op.h"
 #include "transport/core/peer.h"
-#include "core/polling.h"
 
 namespace tdist::transport::core {
 
@@ -105,8 +105,8 @@ class Engine final : public Comm {
   // starts; reused by every sleep, touched only by the driver.
   std::vector<pollfd> poll_fds_;
   std::vector<size_t> poll_first_;
-  std::optional<tdist::core::PollBudget> poll_budget_;        // the driver's; made at its first poll
-  std::optional<Clock::time_point> idle_since_;  // the driver's: its last poll ran out
+  std::optional<tdist::core::PollBudget> poll_budget_;  // the driver's; made at its first poll
+  std::optional<Clock::time_point> idle_since_;         // the driver's: its last poll ran out
   std::atomic<bool> aborted_{false};
   std::atomic<bool> destroying_{false};
 

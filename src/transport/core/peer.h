@@ -95,7 +95,7 @@ class Peer {
 
   int rank() const { return rank_; }
   const char* kind() const { return lanes_.front().channel->kind(); }
-  bool carries_device() const { return lanes_.front().channel->carries_device(); }
+  bool carries_device() const { return lanes_.front().channel->device() != nullptr; }
   size_t lane_count() const { return lanes_.size(); }
 
   // Null: the send went out whole and is complete.

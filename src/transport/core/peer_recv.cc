@@ -78,7 +78,7 @@ void Peer::match_posted_locked(const std::shared_ptr<Op>& op, std::string* lost_
     }
   } else if (it->device_data) {  // a device payload imported before its receive
     const std::string why =
-        lanes_[it->lane].channel->copy_device(op->data, it->device_data.get(), bytes);
+        lanes_[it->lane].channel->device()->copy_device(op->data, it->device_data.get(), bytes);
     if (why.empty()) {
       op->complete(nullptr);
     } else {
@@ -506,6 +506,10 @@ std::string Peer::finish_rendezvous_locked(size_t lane_index, Incoming& done, Pr
       const auto* device =
           done.device ? reinterpret_cast<const DeviceDescriptor*>(&done.words[sizeof(rv) / 8])
                       : nullptr;
+      if (device != nullptr && lanes_[lane_index].channel->device() == nullptr) {
+        return lost(detail::str_cat("protocol error: rendezvous ", rv.id,
+                                    " brings device memory over a host channel"));
+      }
       if (done.op) {
         return fetch_locked(lane_index, done.op, rv, device, progress);
       } else if (done.unexpected != nullptr) {
@@ -549,7 +553,8 @@ std::string Peer::fetch_locked(size_t lane_index, const std::shared_ptr<Op>& op,
                                Progress* progress) {
   if (device != nullptr) {
     // Device to device by the channel, complete when it returns; then the sender may go on.
-    const std::string why = lanes_[lane_index].channel->import_device(op->data, op->bytes, *device);
+    const std::string why =
+        lanes_[lane_index].channel->device()->import_device(op->data, op->bytes, *device);
     if (!why.empty()) return fail_op(op, why, progress);
     replies_.push_back({kRvDoneTag, rv.id, lane_index});
     rv_exchange_.store(true, std::memory_order_release);
@@ -588,7 +593,7 @@ std::string Peer::pull_unexpected_locked(size_t lane_index, Unexpected& u) {
 }
 
 std::string Peer::pull_unexpected_device_locked(size_t lane_index, Unexpected& u) {
-  Channel& channel = *lanes_[lane_index].channel;
+  DeviceChannel& channel = *lanes_[lane_index].channel->device();
   void* data = channel.allocate_device(u.bytes);
   if (data == nullptr) {
     return lost(detail::str_cat("out of device memory buffering a ", u.bytes,

@@ -86,7 +86,7 @@ std::shared_ptr<Op> Peer::post_send(uint64_t tag, const void* data, size_t bytes
   if (device) {
     // Described before anything changes here: a buffer the channel cannot share throws.
     DeviceDescriptor descriptor;
-    channel.export_device(data, bytes, &descriptor);
+    channel.device()->export_device(data, bytes, &descriptor);
     ++send_seq_;
     op->lane = lane;
     op->device = true;
@@ -152,7 +152,7 @@ Progress Peer::exchange_rendezvous(std::string* lost_message) {
     std::shared_ptr<Op> op = std::move(it->second);
     rv_sends_.erase(it);
     if (e.tag == kRvDoneTag) {
-      if (op->device) lanes_[op->lane].channel->release_device(op->device_descriptor());
+      if (op->device) lanes_[op->lane].channel->device()->release_device(op->device_descriptor());
       op->complete(nullptr);
       ++progress.completed;
       rv_pending_.fetch_sub(1, std::memory_order_acq_rel);

@@ -39,9 +39,8 @@ void allocation_of(const void* p, uint64_t* base, uint64_t* bytes) {
   *bytes = n;
 }
 
-CudaIpcChannel::CudaIpcChannel(std::unique_ptr<core::Channel> host,
-                               std::shared_ptr<const DeviceStream> device)
-    : HostFramesChannel(std::move(host)), device_(std::move(device)) {
+CudaIpcChannel::CudaIpcChannel(shm::PeerLink link, std::shared_ptr<const DeviceStream> device)
+    : ShmChannel(std::move(link)), device_(std::move(device)) {
   device_->use();
   cudaEvent_t e = nullptr;
   check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync),
@@ -58,7 +57,7 @@ CudaIpcChannel::~CudaIpcChannel() {
 }
 
 std::string CudaIpcChannel::describe() const {
-  return detail::str_cat("cuda_ipc device ", device_->device(), " over ", host().describe());
+  return detail::str_cat("cuda_ipc device ", device_->device(), " over ", ShmChannel::describe());
 }
 
 uint32_t CudaIpcChannel::take_slot() {

@@ -1,8 +1,8 @@
 // CudaIpcChannel: the cuda_ipc transport's channel (core/channel.h) — a shared-memory
 // channel to a peer of this host for the host frames, plus device payloads by descriptor.
 //
-// Host bytes (headers, control frames, host payloads) go through the wrapped channel (shm:
-// rings and a unix socket), unchanged (core/host_frames_channel.h). A device send (export_device)
+// Host bytes (headers, control frames, host payloads) go through the shared-memory channel
+// it is (shm/channel.h: rings and a unix socket), unchanged. A device send (export_device)
 // checks that the buffer is device memory of this group's device, finds its allocation
 // (cuMemGetAddressRange), takes its IPC handle (cudaIpcGetMemHandle: memory from cudaMalloc, as
 // PyTorch's caching allocator has it; stream-ordered pools and VMM allocations are refused with
@@ -11,13 +11,13 @@
 // group's stream wait on the event, copies device to device on it and waits for the copy
 // on the host, so the receive is complete, and the sender may reuse its buffer, once the
 // core's answer goes back; then release_device returns the event slot.
-// Ownership: owns the wrapped channel, the event slots and the peer's opened handles
+// Ownership: owns the event slots and the peer's opened handles
 // (closed at destruction); shares the DeviceStream with its group. Payloads that arrive
 // before their receive are imported into buffers of the channel's own (cudaMalloc'd, kept
 // for reuse until destruction), then copied to the receive (copy_device).
 // Failure: a CUDA error on the sender throws Error from isend_device (nothing was sent);
 // on the receiver it is the lost reason that aborts the Comm. A dead peer is seen by the
-// wrapped channel as for shm. Thread-safety: channel.h; the send side's slots take a leaf
+// shared-memory channel as for shm. Thread-safety: channel.h; the send side's slots take a leaf
 // mutex.
 #pragma once
 
@@ -27,21 +27,22 @@
 #include <vector>
 
 #include "tdist/thread_annotations.h"
-#include "transport/core/host_frames_channel.h"
+#include "transport/core/channel.h"
 #include "transport/cuda_ipc/device_stream.h"
 #include "transport/cuda_ipc/mappings.h"
+#include "transport/shm/channel.h"
 
 namespace tdist::transport::cuda_ipc {
 
-class CudaIpcChannel final : public core::HostFramesChannel {
+class CudaIpcChannel final : public shm::ShmChannel, public core::DeviceChannel {
  public:
-  CudaIpcChannel(std::unique_ptr<core::Channel> host, std::shared_ptr<const DeviceStream> device);
+  CudaIpcChannel(shm::PeerLink link, std::shared_ptr<const DeviceStream> device);
   ~CudaIpcChannel() override;
 
   const char* kind() const override { return "cuda_ipc"; }
   std::string describe() const override;
 
-  bool carries_device() const override { return true; }
+  core::DeviceChannel* device() override { return this; }
   void export_device(const void* data, size_t bytes, core::DeviceDescriptor* out) override;
   std::string import_device(void* dest, size_t bytes,
                             const core::DeviceDescriptor& descriptor) override;

@@ -23,8 +23,8 @@ class CudaIpcKind final : public ChannelKind {
     ChannelTable table(static_cast<size_t>(size));
     for (int peer = 0; peer < size; ++peer) {
       if (!peers[peer]) continue;
-      table[peer].push_back(std::make_unique<cuda_ipc::CudaIpcChannel>(
-          std::make_unique<shm::ShmChannel>(std::move(links[peer])), device_));
+      table[peer].push_back(
+          std::make_unique<cuda_ipc::CudaIpcChannel>(std::move(links[peer]), device_));
     }
     return table;
   }

@@ -10,6 +10,7 @@
 // stream: the peer shutting it down (goodbye or abort) or dying closes it. read() reports
 // the end of the stream only once the ring is empty, so what a dead peer wrote before it
 // died is still delivered.
+// A channel that also carries device memory may derive from this one (cuda_ipc's does).
 // Thread-safety: channel.h; writes to the socket take a leaf mutex.
 #pragma once
 
@@ -22,7 +23,7 @@
 
 namespace tdist::transport::shm {
 
-class ShmChannel final : public core::Channel {
+class ShmChannel : public core::Channel {
  public:
   explicit ShmChannel(PeerLink link);
 
