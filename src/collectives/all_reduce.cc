@@ -396,7 +396,7 @@ void hierarchical(const Ctx& ctx, const void* send, void* recv, size_t count, DT
       s.gather_inside(0);
     } else {
       detail::run_overlapped(
-          ctx.comm, nseg, [&](size_t k) { s.reduce_inside(k); },
+          ctx.comm, ctx.helper, nseg, [&](size_t k) { s.reduce_inside(k); },
           [&](size_t k) { s.cross_hosts(k); }, [&](size_t k) { s.gather_inside(k); });
     }
     return;

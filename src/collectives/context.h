@@ -14,12 +14,16 @@
 // memory    where the buffers are: host, or CUDA device memory (then `device` is the
 //           device's kernels, copies and scratch: device_ops.h; messages go as
 //           Comm::isend_device); algorithms reach both through detail.h's helpers
+// helper    a second thread the group lends to an operation that overlaps two of its
+//           phases (hierarchy.h's run_overlapped), or null: the phases then run in turn on
+//           the calling thread; no algorithm starts a thread of its own
 #pragma once
 
 #include <cstdint>
 
 #include "collectives/device_ops.h"
 #include "collectives/settings.h"
+#include "core/helper_thread.h"
 #include "tdist/deadline.h"
 #include "tdist/device.h"
 #include "transport/comm.h"
@@ -34,6 +38,7 @@ struct Ctx {
   Algorithm* chosen = nullptr;
   MemoryKind memory = MemoryKind::kHost;
   DeviceOps* device = nullptr;
+  core::HelperThread* helper = nullptr;
 };
 
 }  // namespace tdist::coll

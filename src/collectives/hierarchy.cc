@@ -3,12 +3,11 @@
 
 #include <algorithm>
 #include <optional>
-#include <thread>
 #include <utility>
 
+#include "core/polling.h"
 #include "tdist/error.h"
 #include "tdist/thread_annotations.h"
-#include "core/polling.h"
 
 namespace tdist::coll::detail {
 
@@ -163,13 +162,22 @@ struct Overlap {
 
 }  // namespace
 
-void run_overlapped(transport::Comm& comm, size_t n, const std::function<void(size_t)>& before,
+void run_overlapped(transport::Comm& comm, core::HelperThread* helper, size_t n,
+                    const std::function<void(size_t)>& before,
                     const std::function<void(size_t)>& middle,
                     const std::function<void(size_t)>& after) {
+  if (helper == nullptr) {
+    for (size_t k = 0; k < n; ++k) {
+      before(k);
+      middle(k);
+      after(k);
+    }
+    return;
+  }
   if (n == 0) return;
   Overlap overlap;
   const bool background = core::on_background_thread();
-  std::thread helper([&] {
+  helper->start([&] {
     std::optional<core::BackgroundThread> mark;
     if (background) mark.emplace();
     try {
@@ -196,7 +204,7 @@ void run_overlapped(transport::Comm& comm, size_t n, const std::function<void(si
   } catch (...) {
     overlap.fail(comm, std::current_exception());
   }
-  helper.join();
+  helper->join();
   if (std::exception_ptr e = overlap.first_error()) std::rethrow_exception(e);
 }
 

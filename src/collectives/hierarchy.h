@@ -88,17 +88,20 @@ struct Hosts {
 ReduceOp first_phase_op(ReduceOp op);
 ReduceOp later_phase_op(ReduceOp op);
 
-// The segments 0..n-1 of an operation in three phases, the middle one on a helper thread so
-// that it overlaps the other two (NCCL pipelines its hierarchical all_reduce so): while
-// segment k crosses hosts, segment k+1 is reduced and segment k-1 gathered inside the host.
+// The segments 0..n-1 of an operation in three phases, the middle one on `helper` (the
+// group's second thread: context.h) so that it overlaps the other two (NCCL pipelines its
+// hierarchical all_reduce so): while segment k crosses hosts, segment k+1 is reduced and
+// segment k-1 gathered inside the host. Without a helper the calling thread runs before(k),
+// middle(k), after(k) for each k in turn.
 // The calling thread runs before(0), before(1), after(0), before(2), after(1), ...,
 // after(n-1), after(k) once middle(k) has returned; the helper middle(0), ..., middle(n-1),
 // middle(k) once before(k) has returned. Every rank runs the phases in this order, so each
 // phase's messages (one tag space per phase: SubComm) meet in order. An exception on either
 // thread aborts `comm` with it (a wait blocked on the other thread then fails too); the
-// first is rethrown here once the helper has ended. The helper inherits the calling
+// first is rethrown here once the helper's task has ended. The helper inherits the calling
 // thread's polling (polling.h: a background thread's helper never polls).
-void run_overlapped(transport::Comm& comm, size_t n, const std::function<void(size_t)>& before,
+void run_overlapped(transport::Comm& comm, core::HelperThread* helper, size_t n,
+                    const std::function<void(size_t)>& before,
                     const std::function<void(size_t)>& middle,
                     const std::function<void(size_t)>& after);
 

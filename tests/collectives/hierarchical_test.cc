@@ -411,13 +411,15 @@ TEST(HierarchicalPipeline, SegmentsMatchTheReference) {
     SCOPED_TRACE(layout.name);
     run_ranks_ok(layout.world, [&](transport::Comm& comm) {
       comm.set_topology(transport::Topology{layout.host_of});
+      core::HelperThread helper;  // as a group lends its own
       uint64_t seq = 0;
       for (DType dtype : {DType::kF32, DType::kBF16}) {
         for (ReduceOp op : {ReduceOp(ReduceOpKind::kSum), ReduceOp(ReduceOpKind::kAvg),
                             ReduceOp(ReduceOpKind::kMax)}) {
           for (bool in_place : {false, true}) {
-            check_all_reduce(comm, Ctx{comm, seq++, op_deadline(), testing::chunk_settings(256)},
-                             dtype, op, 40009, in_place);
+            Ctx ctx{comm, seq++, op_deadline(), testing::chunk_settings(256)};
+            ctx.helper = &helper;
+            check_all_reduce(comm, ctx, dtype, op, 40009, in_place);
           }
         }
       }
@@ -436,8 +438,9 @@ TEST(HierarchicalPipeline, RunOverlappedKeepsThePhaseOrder) {
   };
   const auto caller = std::this_thread::get_id();
   std::atomic<bool> middle_on_caller{false};
+  core::HelperThread helper;
   detail::run_overlapped(
-      comm, 4, [&](size_t k) { note("b", k); },
+      comm, &helper, 4, [&](size_t k) { note("b", k); },
       [&](size_t k) {
         if (std::this_thread::get_id() == caller) middle_on_caller = true;
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -465,6 +468,46 @@ TEST(HierarchicalPipeline, RunOverlappedKeepsThePhaseOrder) {
   }
 }
 
+// One helper serves every operation of its owner: the middle phases of two operations run
+// on the same thread, not on one started for each.
+TEST(HierarchicalPipeline, OperationsShareTheGroupsHelperThread) {
+  testing::MemWorld world(1);
+  testing::MemComm comm(world, 0);
+  core::HelperThread helper;
+  std::vector<std::thread::id> middles;  // written only by the helper, read after join
+  auto run = [&] {
+    detail::run_overlapped(
+        comm, &helper, 3, [](size_t) {},
+        [&](size_t) { middles.push_back(std::this_thread::get_id()); }, [](size_t) {});
+  };
+  run();
+  run();
+  ASSERT_EQ(middles.size(), 6U);
+  for (const std::thread::id& id : middles) {
+    EXPECT_EQ(id, middles.front());
+    EXPECT_NE(id, std::this_thread::get_id());
+  }
+}
+
+// Without a helper (an algorithm called outside a group) the phases run in turn on the
+// calling thread, segment by segment.
+TEST(HierarchicalPipeline, WithoutAHelperThePhasesRunInTurn) {
+  testing::MemWorld world(1);
+  testing::MemComm comm(world, 0);
+  std::vector<std::string> events;
+  const auto caller = std::this_thread::get_id();
+  bool elsewhere = false;
+  auto note = [&](const char* phase, size_t k) {
+    if (std::this_thread::get_id() != caller) elsewhere = true;
+    events.push_back(phase + std::to_string(k));
+  };
+  detail::run_overlapped(
+      comm, nullptr, 2, [&](size_t k) { note("b", k); }, [&](size_t k) { note("m", k); },
+      [&](size_t k) { note("a", k); });
+  EXPECT_FALSE(elsewhere);
+  EXPECT_EQ(events, (std::vector<std::string>{"b0", "m0", "a0", "b1", "m1", "a1"}));
+}
+
 TEST(HierarchicalPipeline, AFailureOnEitherThreadIsRethrownAndAbortsTheComm) {
   for (const bool in_middle : {true, false}) {
     testing::MemWorld world(1);
@@ -472,9 +515,10 @@ TEST(HierarchicalPipeline, AFailureOnEitherThreadIsRethrownAndAbortsTheComm) {
     std::atomic<int> afters{0};
     std::atomic<int> middles{0};
     auto boom = [](size_t k) { throw InvalidArgument("segment " + std::to_string(k)); };
+    core::HelperThread helper;
     try {
       detail::run_overlapped(
-          comm, 5,
+          comm, &helper, 5,
           [&](size_t k) {
             if (!in_middle && k == 2) boom(k);
           },

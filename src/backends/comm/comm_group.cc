@@ -139,6 +139,7 @@ void CommProcessGroup::execute(uint64_t seq, const core::OpFingerprint& fp, pg::
     comm_->begin_collective(seq, fp);
     coll::Ctx ctx{*comm_, seq, core::coarse_deadline_after(timeout()),
                   device_ ? device_settings_ : settings_, &chosen};
+    ctx.helper = &helper_;
     if (device_) {
       ctx.memory = device_->memory();
       ctx.device = device_->ops();

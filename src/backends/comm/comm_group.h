@@ -116,6 +116,9 @@ class CommProcessGroup : public ProcessGroup {
   const coll::CollectiveSettings device_settings_;
   mutable Mutex failure_mu_;
   std::exception_ptr failure_ TDIST_GUARDED_BY(failure_mu_);
+  // The second thread the collectives may use (collectives/context.h), started by the first
+  // operation that overlaps two phases; it outlives ops_, whose worker lends it.
+  core::HelperThread helper_;
   pg::OpQueue ops_;  // after comm_: stopped (drained) in the destructor, before comm_ goes
 };
 
