@@ -82,6 +82,8 @@ TdistBackend::TdistBackend(std::shared_ptr<tdist::ProcessGroup> group, std::stri
       group_(std::move(group)),
       engine_(std::move(engine)) {}
 
+TdistBackend::~TdistBackend() { progress_->stop(); }
+
 c10::intrusive_ptr<TdistBackend> TdistBackend::create(
     const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
     std::chrono::milliseconds timeout, const std::string& engine) {
@@ -100,14 +102,14 @@ c10::intrusive_ptr<TdistBackend> TdistBackend::create(
 // Each call: validate and issue on the caller's thread (errors as torch's), run it there
 // when the caller waits at once, then hand torch a TorchWork over the tdist Works and the
 // tensors result() returns.
-#define TDIST_ISSUE_NOW(type, outputs, run_now, ...)                                   \
-  torch_errors([&] {                                                                   \
-    std::vector<WorkPtr> works;                                                        \
-    __VA_ARGS__;                                                                       \
-    if (run_now) {                                                                     \
-      for (const auto& w : works) w->wait();                                           \
-    }                                                                                  \
-    return c10::make_intrusive<TorchWork>(getRank(), type, std::move(works), outputs); \
+#define TDIST_ISSUE_NOW(type, outputs, run_now, ...)                                              \
+  torch_errors([&] {                                                                              \
+    std::vector<WorkPtr> works;                                                                   \
+    __VA_ARGS__;                                                                                  \
+    if (run_now) {                                                                                \
+      for (const auto& w : works) w->wait();                                                      \
+    }                                                                                             \
+    return c10::make_intrusive<TorchWork>(getRank(), type, std::move(works), outputs, progress_); \
   })
 #define TDIST_ISSUE(type, outputs, ...) \
   TDIST_ISSUE_NOW(type, outputs, caller_waits(opts), __VA_ARGS__)

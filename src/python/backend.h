@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "python/progress_thread.h"
 #include "tdist/process_group.h"
 
 namespace tdist::python {
@@ -41,6 +42,7 @@ using TorchBackendBase = ::c10d::ProcessGroup;
 class TdistBackend final : public TorchBackendBase {
  public:
   TdistBackend(std::shared_ptr<tdist::ProcessGroup> group, std::string engine);
+  ~TdistBackend() override;
 
   // Makes the tdist group of `engine` over `store` (the group's c10d store).
   static c10::intrusive_ptr<TdistBackend> create(const c10::intrusive_ptr<::c10d::Store>& store,
@@ -96,6 +98,8 @@ class TdistBackend final : public TorchBackendBase {
  private:
   std::shared_ptr<tdist::ProcessGroup> group_;
   std::string engine_;
+  // Waits on the point-to-point Works whose futures were taken; stopped before group_ goes.
+  const std::shared_ptr<ProgressThread> progress_ = std::make_shared<ProgressThread>();
 };
 
 }  // namespace tdist::python

@@ -8,11 +8,9 @@
 #include <atomic>
 #include <memory>
 #include <string>
-#include <thread>
 #include <utility>
 
 #include "tdist/error.h"
-#include "core/polling.h"
 
 namespace tdist::python {
 namespace {
@@ -60,11 +58,12 @@ std::exception_ptr to_torch_error(std::exception_ptr error) {
 }
 
 TorchWork::TorchWork(int rank, ::c10d::OpType type, std::vector<WorkPtr> works,
-                     std::vector<at::Tensor> outputs)
+                     std::vector<at::Tensor> outputs, std::shared_ptr<ProgressThread> progress)
     : ::c10d::Work(rank, type),
       works_(std::move(works)),
       outputs_(std::move(outputs)),
-      p2p_(type == ::c10d::OpType::SEND || type == ::c10d::OpType::RECV) {}
+      p2p_(type == ::c10d::OpType::SEND || type == ::c10d::OpType::RECV),
+      progress_(std::move(progress)) {}
 
 bool TorchWork::isCompleted() {
   for (const auto& w : works_) {
@@ -133,19 +132,8 @@ c10::intrusive_ptr<c10::ivalue::Future> TorchWork::getFuture() {
     return future;
   }
   for (const auto& w : works_) w->add_callback(done);
-  if (p2p_) {
-    // Point-to-point Works may move only while somebody waits on them.
-    std::thread([works = works_] {
-      const core::BackgroundThread background;  // waits for nobody: never polls
-      for (const auto& w : works) {
-        try {
-          w->wait();
-        } catch (...) {
-          // reported through the future
-        }
-      }
-    }).detach();
-  }
+  // Point-to-point Works may move only while somebody waits on them.
+  if (p2p_ && progress_) progress_->add(works_);
   return future;
 }
 

@@ -8,7 +8,8 @@
 // ValueError, anything else as RuntimeError, each message starting "tdist: ".
 // getFuture() returns a future completed with result() (the output tensors) when every
 // operation finished, on the thread that finished the last one; point-to-point operations,
-// which some transports move only while somebody waits, get a waiting thread for it.
+// which some transports move only while somebody waits, are handed to the backend's
+// progress thread for it (progress_thread.h).
 // Thread-safety: as c10d::Work's; any thread may wait or take the future.
 #pragma once
 
@@ -17,6 +18,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
 
+#include "python/progress_thread.h"
 #include "tdist/work.h"
 
 namespace tdist::python {
@@ -35,8 +37,9 @@ auto torch_errors(F&& fn) {
 
 class TorchWork final : public ::c10d::Work {
  public:
+  // `progress`: the backend's progress thread, for the point-to-point Works' futures.
   TorchWork(int rank, ::c10d::OpType type, std::vector<WorkPtr> works,
-            std::vector<at::Tensor> outputs);
+            std::vector<at::Tensor> outputs, std::shared_ptr<ProgressThread> progress);
 
   bool isCompleted() override;
   bool isSuccess() const override;
@@ -50,6 +53,7 @@ class TorchWork final : public ::c10d::Work {
   const std::vector<WorkPtr> works_;
   const std::vector<at::Tensor> outputs_;
   const bool p2p_;
+  const std::shared_ptr<ProgressThread> progress_;
   std::mutex mu_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;  // guarded by mu_; made on first use
 };
