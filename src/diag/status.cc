@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <deque>
 #include <set>
 #include <thread>
 
@@ -98,6 +99,14 @@ std::string activity(const GroupStatus& g) {
   return "computing";
 }
 
+// A collective that has waited longer than TDIST_WAIT_WARNING, to be logged with the ranks
+// that have not arrived.
+struct Warning {
+  std::shared_ptr<ProcessGroup> group;
+  FlightRecorder::Summary summary;
+  int64_t waited_ns = 0;
+};
+
 struct Responder {
   std::atomic<bool> stop{false};
   std::shared_ptr<Store> root;  // a connection of its own
@@ -105,6 +114,13 @@ struct Responder {
   int rank = 0;
   std::chrono::milliseconds warn_after{0};
   std::set<std::pair<std::string, uint64_t>> warned;  // responder thread only
+  // The warnings are asked of the other ranks on the responder's second thread (started by
+  // the first warning, ended with the responder), so that it keeps answering meanwhile.
+  std::thread warner;  // responder thread only
+  Mutex warn_mu;
+  CondVar warn_cv;
+  std::deque<Warning> warnings TDIST_GUARDED_BY(warn_mu);
+  bool serving TDIST_GUARDED_BY(warn_mu) = true;
 };
 
 struct ResponderSlot {
@@ -128,9 +144,36 @@ void answer(Responder& r, int64_t request) {
               bytes_of(encode_status(local_status(r.rank))));
 }
 
+void warn(const Warning& w) {
+  const std::vector<std::string> missing = diagnose_wait(*w.group, w.summary.current_seq);
+  std::string text;
+  for (const auto& m : missing) text += (text.empty() ? "" : "; ") + m;
+  TDIST_LOG(kWarn) << "rank " << w.group->rank() << " of group " << w.group->name() << ": "
+                   << w.summary.current.describe(w.summary.current_seq) << " has waited "
+                   << w.waited_ns / 1'000'000'000 << " s; "
+                   << (missing.empty() ? "every rank has called it (a slow peer or link?)"
+                                       : "not arrived: " + text);
+}
+
+// The responder's second thread: the warnings in turn, until the responder ends.
+void warn_loop(Responder& r) {
+  while (true) {
+    Warning w;
+    {
+      MutexLock lock(r.warn_mu);
+      while (r.warnings.empty() && r.serving) r.warn_cv.wait(r.warn_mu);
+      if (!r.serving) return;
+      w = std::move(r.warnings.front());
+      r.warnings.pop_front();
+    }
+    warn(w);
+  }
+}
+
 // Logs, once per operation, the ranks that have not arrived at a collective that has waited
 // longer than TDIST_WAIT_WARNING.
-void watch_waits(Responder& r) {
+void watch_waits(const std::shared_ptr<Responder>& shared) {
+  Responder& r = *shared;
   if (r.warn_after.count() == 0) return;
   for (const auto& group : live_groups()) {
     if (group->global_rank(group->rank()) != r.rank) continue;
@@ -139,17 +182,12 @@ void watch_waits(Responder& r) {
     const int64_t waited_ns = steady_ns() - s.current_since_ns;
     if (waited_ns < std::chrono::nanoseconds(r.warn_after).count()) continue;
     if (!r.warned.insert({group->name(), s.current_seq}).second) continue;
-    // Asked on a thread of its own: the responder keeps answering the others meanwhile.
-    std::thread([group, s, waited_ns] {
-      const std::vector<std::string> missing = diagnose_wait(*group, s.current_seq);
-      std::string text;
-      for (const auto& m : missing) text += (text.empty() ? "" : "; ") + m;
-      TDIST_LOG(kWarn) << "rank " << group->rank() << " of group " << group->name() << ": "
-                       << s.current.describe(s.current_seq) << " has waited "
-                       << waited_ns / 1'000'000'000 << " s; "
-                       << (missing.empty() ? "every rank has called it (a slow peer or link?)"
-                                           : "not arrived: " + text);
-    }).detach();
+    {
+      MutexLock lock(r.warn_mu);
+      r.warnings.push_back(Warning{group, s, waited_ns});
+    }
+    r.warn_cv.notify_all();
+    if (!r.warner.joinable()) r.warner = std::thread([shared] { warn_loop(*shared); });
   }
 }
 
@@ -174,10 +212,21 @@ void serve(const std::shared_ptr<Responder>& r) {
         if (!done(r)) answer(*r, seen);
       } catch (const TimeoutError&) {
       }
-      if (!done(r)) watch_waits(*r);
+      if (!done(r)) watch_waits(r);
     }
   } catch (const std::exception& e) {
     if (!done(r)) TDIST_LOG(kDebug) << "status responder stopped: " << e.what();
+  }
+  {
+    MutexLock lock(r->warn_mu);
+    r->serving = false;
+  }
+  r->warn_cv.notify_all();
+  if (!r->warner.joinable()) return;
+  if (g_exiting.load()) {
+    r->warner.detach();  // the process is ending: its objects are kept for good (done())
+  } else {
+    r->warner.join();
   }
 }
 
