@@ -8,6 +8,9 @@ find_package(benchmark QUIET)
 # libcrypto: HMAC-SHA256 authentication of store and transport connections (src/net/auth);
 # libssl: their optional mutual TLS (src/net/tls).
 find_package(OpenSSL REQUIRED COMPONENTS Crypto SSL)
+# nlohmann-json (header-only; Debian nlohmann-json3-dev): every JSON tdist writes or reads
+# (flight records, timelines, error files, the status reply, tdistrun's failure records).
+find_package(nlohmann_json 3.2 REQUIRED)
 find_package(MPI QUIET COMPONENTS C)
 # LibTorch: Debian's 1.13 (libtorch-dev) or PyPI's 2.x wheel, whose TorchConfig also
 # enables CUDA (it needs a CUDA toolkit, e.g. /usr/local/cuda, even for CPU-only use) and

@@ -10,7 +10,8 @@ set -euo pipefail
 # (Debian's default is the slow reference one); dataset-fashion-mnist: the main job's data;
 # libopenmpi-dev, openmpi-bin: the mpi backend and its tests under mpirun; pybind11-dev,
 # python3-pytest: the Python package built and tested against Debian's torch 1.13.
-# nlohmann-json3-dev: tdistrun's failure records and torch's error files.
+# nlohmann-json3-dev: every JSON tdist writes or reads (flight records, timelines, error files,
+# the status reply, tdistrun's failure records); header-only, needed to build only.
 # libclang-rt-14-dev: clang's sanitizer and libFuzzer runtimes (TDIST_FUZZ; only recommended).
 # openssl: certificates for the multi-host TLS scenarios.
 # ccache: the build trees share what they compile alike (scripts/build.sh uses it when present).

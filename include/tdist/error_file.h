@@ -1,7 +1,8 @@
 // Error files: how a tdist program tells its launcher why it died.
 //
 // torchrun and tdistrun give every worker TORCHELASTIC_ERROR_FILE, a path where the
-// worker writes its fatal error as JSON in the format of torch's @record decorator:
+// worker writes its fatal error as JSON in the format of torch's @record decorator (tdist
+// writes it compact, on one line):
 //   {"message": {"message": "<Type>: <msg>",
 //                "extraInfo": {"py_callstack": "<traceback>", "timestamp": "<unix seconds>"}}}
 // The launcher's failure summary then shows that message instead of only an exit code.

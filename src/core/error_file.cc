@@ -12,10 +12,10 @@
 #include <cstring>
 #include <ctime>
 #include <exception>
+#include <nlohmann/json.hpp>
 #include <string_view>
 #include <typeinfo>
 
-#include "core/json_string.h"
 #include "tdist/settings.h"
 
 namespace tdist {
@@ -25,15 +25,14 @@ std::atomic<std::terminate_handler> g_previous_handler{nullptr};
 std::atomic<bool> g_handler_busy{false};  // some thread is in on_terminate
 thread_local bool t_in_handler = false;   // this thread is: a re-entry must not loop
 
+// torch's format: {"message":{"message":M,"extraInfo":{"py_callstack":M,"timestamp":"T"}}}
+// (T: seconds since the epoch, as text); invalid UTF-8 in M becomes U+FFFD.
 std::string error_json(const std::string& message) {
-  std::string out = R"({"message": {"message": ")";
-  detail::append_json_string(out, message);
-  out += R"(", "extraInfo": {"py_callstack": ")";
-  detail::append_json_string(out, message);
-  out += R"(", "timestamp": ")";
-  out += std::to_string(static_cast<long long>(std::time(nullptr)));
-  out += "\"}}}";
-  return out;
+  using nlohmann::ordered_json;
+  const ordered_json extra = {{"py_callstack", message},
+                              {"timestamp", std::to_string(std::time(nullptr))}};
+  const ordered_json error = {{"message", {{"message", message}, {"extraInfo", extra}}}};
+  return error.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
 }
 
 bool write_all(int fd, std::string_view data) {

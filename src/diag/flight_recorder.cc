@@ -9,10 +9,10 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "core/coarse_clock.h"
-#include "core/json_string.h"
 #include "diag/error_context.h"
 #include "diag/trace.h"
 #include "tdist/logging.h"
@@ -22,27 +22,27 @@
 namespace tdist::diag {
 namespace {
 
+using nlohmann::ordered_json;
+
+// Compact, one line; invalid UTF-8 (an error message may hold any bytes) becomes U+FFFD.
+std::string dump_record(const ordered_json& j) {
+  return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+}
+
 const char* state_of(bool started, bool finished, bool failed) {
   if (finished) return failed ? "failed" : "completed";
   return started ? "started" : "queued";
 }
 
-void append_fp(std::string& out, const core::OpFingerprint& fp) {
-  out += "\"op\":\"";
-  out += core::op_kind_name(fp.kind);
-  out += "\"";
+// The fingerprint's fields, in tools/tdist_flight.py's order: op, dtype, count, reduce_op, root.
+void add_fingerprint(ordered_json& op, const core::OpFingerprint& fp) {
+  op["op"] = core::op_kind_name(fp.kind);
   if (fp.kind != core::OpKind::kBarrier) {
-    out += ",\"dtype\":\"";
-    out += dtype_name(fp.dtype);
-    out += "\"";
-    if (fp.count != core::OpFingerprint::kAnyCount) out += ",\"count\":" + std::to_string(fp.count);
+    op["dtype"] = dtype_name(fp.dtype);
+    if (fp.count != core::OpFingerprint::kAnyCount) op["count"] = fp.count;
   }
-  if (fp.has_reduce) {
-    out += ",\"reduce_op\":\"";
-    out += reduce_op_name(fp.reduce);
-    out += "\"";
-  }
-  if (fp.root != core::OpFingerprint::kNoRoot) out += ",\"root\":" + std::to_string(fp.root);
+  if (fp.has_reduce) op["reduce_op"] = reduce_op_name(fp.reduce);
+  if (fp.root != core::OpFingerprint::kNoRoot) op["root"] = fp.root;
 }
 
 struct Registry {
@@ -150,32 +150,32 @@ std::optional<FlightRecorder::Entry> FlightRecorder::read(uint64_t seq) const {
   return e;
 }
 
-std::string FlightRecorder::ops_json() const {
-  std::string out = "{\"capacity\":" + std::to_string(capacity_) + ",\"first_error\":\"";
-  {
-    MutexLock lock(mu_);
-    detail::append_json_string(out, first_error_);
-  }
-  out += "\",\"ops\":[";
-  bool first = true;
+std::string FlightRecorder::record_json(const ProcessGroup& group, uint64_t next_seq) const {
+  ordered_json ops = ordered_json::array();
   const uint64_t newest = newest_.load(std::memory_order_acquire);
   const uint64_t oldest = newest > capacity_ ? newest - capacity_ : 0;
   for (uint64_t seq = oldest; seq < newest; ++seq) {
     const std::optional<Entry> e = read(seq);
     if (!e) continue;
-    if (!first) out += ",";
-    first = false;
-    out += "{\"seq\":" + std::to_string(seq) + ",";
-    append_fp(out, e->fp);
-    out += ",\"state\":\"";
-    out += state_of(e->started_ns != 0, e->finished_ns != 0, e->failed);
-    out += "\",\"enqueued_ns\":" + std::to_string(e->enqueued_ns);
-    if (e->started_ns != 0) out += ",\"started_ns\":" + std::to_string(e->started_ns);
-    if (e->finished_ns != 0) out += ",\"finished_ns\":" + std::to_string(e->finished_ns);
-    out += "}";
+    ordered_json op = {{"seq", seq}};
+    add_fingerprint(op, e->fp);
+    op["state"] = state_of(e->started_ns != 0, e->finished_ns != 0, e->failed);
+    op["enqueued_ns"] = e->enqueued_ns;
+    if (e->started_ns != 0) op["started_ns"] = e->started_ns;
+    if (e->finished_ns != 0) op["finished_ns"] = e->finished_ns;
+    ops.push_back(std::move(op));
   }
-  out += "]}";
-  return out;
+  ordered_json record = {{"capacity", capacity_}};
+  {
+    MutexLock lock(mu_);
+    record["first_error"] = first_error_;
+  }
+  record["ops"] = std::move(ops);
+  ordered_json out = {
+      {"name", group.name()},       {"backend", group.backend_name()},      {"rank", group.rank()},
+      {"size", group.size()},       {"global_ranks", group.global_ranks()}, {"next_seq", next_seq},
+      {"record", std::move(record)}};
+  return dump_record(out);
 }
 
 FlightRecorder::Summary FlightRecorder::summary() const {
@@ -225,11 +225,11 @@ std::vector<std::shared_ptr<ProcessGroup>> live_groups() {
 std::vector<std::string> dump_flight_records(const std::string& reason) {
   const std::vector<std::shared_ptr<ProcessGroup>> groups = live_groups();
   // One file per global rank (ranks as threads in one process each get theirs).
-  std::map<int, std::string> by_rank;
+  std::map<int, ordered_json> by_rank;
   for (const auto& g : groups) {
-    std::string& body = by_rank[g->global_rank(g->rank())];
-    if (!body.empty()) body += ",";
-    body += g->flight_record();
+    ordered_json& records =
+        by_rank.try_emplace(g->global_rank(g->rank()), ordered_json::array()).first->second;
+    records.push_back(ordered_json::parse(g->flight_record()));
   }
   char host[256] = {};
   (void)::gethostname(host, sizeof(host) - 1);
@@ -238,16 +238,17 @@ std::vector<std::string> dump_flight_records(const std::string& reason) {
                            .count();
   std::vector<std::string> paths;
   const std::string prefix = setting_string("TDIST_FLIGHT_RECORDER_FILE");
-  for (const auto& [rank, body] : by_rank) {
-    std::string out = "{\"version\":1,\"rank\":" + std::to_string(rank) +
-                      ",\"pid\":" + std::to_string(::getpid()) + ",\"host\":\"";
-    detail::append_json_string(out, host);
-    out += "\",\"reason\":\"";
-    detail::append_json_string(out, reason);
-    out += "\",\"wall_ns\":" + std::to_string(wall) +
-           ",\"steady_ns\":" + std::to_string(steady_ns()) + ",\"groups\":[" + body + "]}\n";
+  for (auto& [rank, records] : by_rank) {
+    const ordered_json out = {{"version", 1},
+                              {"rank", rank},
+                              {"pid", ::getpid()},
+                              {"host", host},
+                              {"reason", reason},
+                              {"wall_ns", wall},
+                              {"steady_ns", steady_ns()},
+                              {"groups", std::move(records)}};
     const std::string path = prefix + std::to_string(rank) + ".json";
-    if (write_file(path, out)) {
+    if (write_file(path, dump_record(out) + "\n")) {
       TDIST_LOG(kWarn) << "flight record (" << reason << ") written to " << path;
       paths.push_back(path);
     } else {

@@ -39,8 +39,11 @@ class FlightRecorder {
   // Returns true for the group's first failure (which dumps).
   bool finished(uint64_t seq, const std::exception_ptr& error);
 
-  // {"capacity":N,"first_error":"...","ops":[{"seq":..,"op":..,...},...]} (oldest first).
-  std::string ops_json() const;
+  // The flight record of `group`, which owns this recorder, as one line of JSON:
+  // {"name":..,"backend":..,"rank":..,"size":..,"global_ranks":[..],"next_seq":N,
+  //  "record":{"capacity":N,"first_error":"...","ops":[{"seq":..,"op":..,...},...]}}
+  // (ops oldest first; invalid UTF-8 in the texts becomes U+FFFD).
+  std::string record_json(const ProcessGroup& group, uint64_t next_seq) const;
 
   // What the status command and the hang warnings show: the last operation finished and
   // the one running (or queued) now, if any.

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <deque>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
 
@@ -19,6 +20,8 @@
 
 namespace tdist::diag {
 namespace {
+
+using nlohmann::ordered_json;
 
 constexpr char kCurrentKey[] = "tdist/status/current";
 // How long the responder waits for a request before it looks at its groups again.
@@ -42,6 +45,18 @@ long long to_ll(const std::string& s, long long fallback) {
   } catch (const std::exception&) {
     return fallback;
   }
+}
+
+// `out` = the field `key` of `object` when it is there with the right type; else unchanged.
+void read_field(const ordered_json& object, const char* key, std::string& out) {
+  auto it = object.find(key);
+  if (it != object.end() && it->is_string()) out = it->get<std::string>();
+}
+
+template <typename Int>
+void read_field(const ordered_json& object, const char* key, Int& out) {
+  auto it = object.find(key);
+  if (it != object.end() && it->is_number_integer()) out = static_cast<Int>(it->get<long long>());
 }
 
 std::string text_of(const Bytes& b) { return std::string(b.begin(), b.end()); }
@@ -233,44 +248,56 @@ void serve(const std::shared_ptr<Responder>& r) {
 }  // namespace
 
 std::string encode_status(const RankStatus& status) {
-  std::string out = "rank\t" + std::to_string(status.rank) + "\t" + status.host + "\t" +
-                    std::to_string(status.pid) + "\n";
+  ordered_json groups = ordered_json::array();
   for (const GroupStatus& g : status.groups) {
-    std::string ranks;
-    for (int r : g.global_ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
-    out += "group\t" + g.name + "\t" + g.backend + "\t" + std::to_string(g.rank) + "\t" +
-           std::to_string(g.size) + "\t" + ranks + "\t" + std::to_string(g.last_seq) + "\t" +
-           g.last_op + "\t" + std::to_string(g.current_seq) + "\t" + g.current_state + "\t" +
-           std::to_string(g.current_ms) + "\t" + g.current_op + "\n";
+    groups.push_back({{"name", g.name},
+                      {"backend", g.backend},
+                      {"rank", g.rank},
+                      {"size", g.size},
+                      {"global_ranks", g.global_ranks},
+                      {"last_seq", g.last_seq},
+                      {"last_op", g.last_op},
+                      {"current_seq", g.current_seq},
+                      {"current_state", g.current_state},
+                      {"current_ms", g.current_ms},
+                      {"current_op", g.current_op}});
   }
-  return out;
+  const ordered_json out = {{"rank", status.rank},
+                            {"host", status.host},
+                            {"pid", status.pid},
+                            {"groups", std::move(groups)}};
+  return out.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
 }
 
 RankStatus decode_status(const std::string& text) {
   RankStatus status;
-  for (const std::string& line : split(text, '\n')) {
-    const std::vector<std::string> f = split(line, '\t');
-    if (f.size() >= 4 && f[0] == "rank") {
-      status.rank = static_cast<int>(to_ll(f[1], -1));
-      status.host = f[2];
-      status.pid = to_ll(f[3], 0);
-    } else if (f.size() >= 12 && f[0] == "group") {
-      GroupStatus g;
-      g.name = f[1];
-      g.backend = f[2];
-      g.rank = static_cast<int>(to_ll(f[3], 0));
-      g.size = static_cast<int>(to_ll(f[4], 0));
-      for (const std::string& r : split(f[5], ',')) {
-        g.global_ranks.push_back(static_cast<int>(to_ll(r, -1)));
+  const ordered_json in = ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!in.is_object()) return status;
+  read_field(in, "rank", status.rank);
+  read_field(in, "host", status.host);
+  read_field(in, "pid", status.pid);
+  auto groups = in.find("groups");
+  if (groups == in.end() || !groups->is_array()) return status;
+  for (const ordered_json& j : *groups) {
+    if (!j.is_object()) continue;
+    GroupStatus g;
+    read_field(j, "name", g.name);
+    read_field(j, "backend", g.backend);
+    read_field(j, "rank", g.rank);
+    read_field(j, "size", g.size);
+    auto ranks = j.find("global_ranks");
+    if (ranks != j.end() && ranks->is_array()) {
+      for (const ordered_json& r : *ranks) {
+        g.global_ranks.push_back(r.is_number_integer() ? static_cast<int>(r.get<long long>()) : -1);
       }
-      g.last_seq = to_ll(f[6], -1);
-      g.last_op = f[7];
-      g.current_seq = to_ll(f[8], -1);
-      g.current_state = f[9];
-      g.current_ms = to_ll(f[10], 0);
-      g.current_op = f[11];
-      status.groups.push_back(std::move(g));
     }
+    read_field(j, "last_seq", g.last_seq);
+    read_field(j, "last_op", g.last_op);
+    read_field(j, "current_seq", g.current_seq);
+    read_field(j, "current_state", g.current_state);
+    read_field(j, "current_ms", g.current_ms);
+    read_field(j, "current_op", g.current_op);
+    status.groups.push_back(std::move(g));
   }
   return status;
 }

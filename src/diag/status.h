@@ -10,11 +10,11 @@
 //   <namespace>/status/requests      counter of requests
 //   <namespace>/status/request/<n>   request n (set by whoever asks)
 //   <namespace>/status/answer/<n>/<r> global rank r's answer (below)
-// An answer is text, one line per field set, tab-separated:
-//   "rank\t<global rank>\t<host>\t<pid>"
-//   "group\t<name>\t<backend>\t<group rank>\t<size>\t<global ranks, comma-separated>\t
-//    <last seq or -1>\t<last op>\t<current seq or -1>\t<queued|started|->\t<ms since>\t
-//    <current op>"   (one per live group of the process)
+// An answer is one JSON object (encode_status):
+//   {"rank":<global rank>,"host":..,"pid":..,"groups":[{"name":..,"backend":..,"rank":<group
+//    rank>,"size":..,"global_ranks":[..],"last_seq":<seq or -1>,"last_op":..,"current_seq":
+//    <seq or -1>,"current_state":"queued"|"started"|"-","current_ms":<ms since>,
+//    "current_op":..}, ...]}   (one group per live group of the process)
 // Thread-safety: all functions may be called from any thread.
 #pragma once
 

@@ -13,9 +13,10 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <utility>
+#include <variant>
 
-#include "core/json_string.h"
 #include "core/op_fingerprint.h"
 #include "diag/error_context.h"
 #include "diag/flight_recorder.h"
@@ -28,28 +29,21 @@
 namespace tdist::diag {
 namespace {
 
+using nlohmann::ordered_json;
+
 constexpr size_t kFlushEvents = 10000;
 constexpr int64_t kFlushIntervalNs = 1000000000;
 constexpr std::string_view kTrailer = "\n]}\n";
 
-// "123.456": nanoseconds as microseconds, exactly (no floating point on the way).
-void append_us(std::string& out, int64_t ns) {
-  if (ns < 0) {
-    out += '-';
-    ns = -ns;
-  }
-  out += std::to_string(ns / 1000);
-  const auto frac = static_cast<int>(ns % 1000);
-  out += '.';
-  out += static_cast<char>('0' + frac / 100);
-  out += static_cast<char>('0' + frac / 10 % 10);
-  out += static_cast<char>('0' + frac % 10);
+// Nanoseconds as microseconds: whole microseconds (exact in a double up to 2^53 us, 285
+// years) plus the fraction, rounded once.
+double us_of(int64_t ns) {
+  return static_cast<double>(ns / 1000) + static_cast<double>(ns % 1000) / 1000.0;
 }
 
-void append_quoted(std::string& out, std::string_view text) {
-  out += '"';
-  detail::append_json_string(out, text);
-  out += '"';
+// One event or header: compact, one line; invalid UTF-8 in texts becomes U+FFFD.
+std::string dump_event(const ordered_json& j) {
+  return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
 }
 
 int64_t wall_ns() {
@@ -96,14 +90,8 @@ class Tracer {
     if (it != r.tracks.end()) return it->second;
     const int tid = static_cast<int>(r.tracks.size()) + 1;
     r.tracks.emplace(std::string(name), tid);
-    std::string e = R"({"ph":"M","name":"thread_name","pid":)" + std::to_string(rank) +
-                    ",\"tid\":" + std::to_string(tid) + ",\"args\":{\"name\":";
-    append_quoted(e, name);
-    e += "}}";
-    r.pending.push_back(std::move(e));
-    r.pending.push_back(R"({"ph":"M","name":"thread_sort_index","pid":)" + std::to_string(rank) +
-                        ",\"tid\":" + std::to_string(tid) +
-                        ",\"args\":{\"sort_index\":" + std::to_string(tid) + "}}");
+    r.pending.push_back(metadata(rank, tid, "thread_name", {{"name", name}}));
+    r.pending.push_back(metadata(rank, tid, "thread_sort_index", {{"sort_index", tid}}));
     count_ += 2;
     return tid;
   }
@@ -122,9 +110,7 @@ class Tracer {
   }
 
   // Wall-clock microseconds of a steady-clock time.
-  void append_ts(std::string& out, int64_t steady) const {
-    append_us(out, steady - anchor_steady_ + anchor_wall_);
-  }
+  double ts(int64_t steady) const { return us_of(steady - anchor_steady_ + anchor_wall_); }
 
   std::vector<std::string> flush() TDIST_EXCLUDES(io_mu_, mu_) {
     MutexLock io(io_mu_);
@@ -146,16 +132,19 @@ class Tracer {
   }
 
  private:
+  // A metadata event ("ph":"M") of track `tid` (0: the rank itself).
+  static std::string metadata(int rank, int tid, std::string_view name, ordered_json args) {
+    return dump_event({{"ph", "M"}, {"name", name}, {"pid", rank}, {"tid", tid}, {"args", args}});
+  }
+
   RankEvents& rank_locked(int rank) TDIST_REQUIRES(mu_) {
     if (owner_ != ::getpid()) forget_inherited_locked();
     auto it = ranks_.find(rank);
     if (it != ranks_.end()) return it->second;
     RankEvents& r = ranks_[rank];
-    const std::string pid = std::to_string(rank);
-    r.pending.push_back(R"({"ph":"M","name":"process_name","pid":)" + pid +
-                        R"(,"tid":0,"args":{"name":"rank )" + pid + "\"}}");
-    r.pending.push_back(R"({"ph":"M","name":"process_sort_index","pid":)" + pid +
-                        R"(,"tid":0,"args":{"sort_index":)" + pid + "}}");
+    r.pending.push_back(
+        metadata(rank, 0, "process_name", {{"name", "rank " + std::to_string(rank)}}));
+    r.pending.push_back(metadata(rank, 0, "process_sort_index", {{"sort_index", rank}}));
     count_ += 2;
     return r;
   }
@@ -189,15 +178,7 @@ class Tracer {
                          << "; no timeline is written";
         return false;
       }
-      char host[256] = {};
-      (void)::gethostname(host, sizeof(host) - 1);
-      text = R"({"displayTimeUnit":"ms","otherData":{"tdist_trace":1,"rank":)" +
-             std::to_string(rank) + R"(,"host":)";
-      append_quoted(text, host);
-      // ts = (steady clock - steady_ns + wall_ns) / 1000: wall-clock microseconds.
-      text += ",\"process_id\":" + std::to_string(::getpid()) +
-              R"(,"ts_base":"unix_epoch_us","wall_ns":)" + std::to_string(anchor_wall_) +
-              ",\"steady_ns\":" + std::to_string(anchor_steady_) + "},\"traceEvents\":[\n";
+      text = header(rank);
       TDIST_LOG(kDebug) << "TDIST_TRACE: rank " << rank << " writes its timeline to " << path;
     }
     for (const std::string& e : events) {
@@ -214,6 +195,25 @@ class Tracer {
     }
     f.tail = tail;
     return true;
+  }
+
+  // The file's start, up to the opening "[" of traceEvents and a newline: the events go
+  // after it, the trailer "\n]}\n" closes them.
+  std::string header(int rank) const {
+    char host[256] = {};
+    (void)::gethostname(host, sizeof(host) - 1);
+    // ts = (steady clock - steady_ns + wall_ns) / 1000: wall-clock microseconds.
+    const ordered_json other = {{"tdist_trace", 1},
+                                {"rank", rank},
+                                {"host", host},
+                                {"process_id", ::getpid()},
+                                {"ts_base", "unix_epoch_us"},
+                                {"wall_ns", anchor_wall_},
+                                {"steady_ns", anchor_steady_}};
+    std::string text = dump_event(
+        {{"displayTimeUnit", "ms"}, {"otherData", other}, {"traceEvents", ordered_json::array()}});
+    text.resize(text.size() - 2);  // "]}"
+    return text + "\n";
   }
 
   const std::string dir_;
@@ -253,35 +253,38 @@ bool trace_enabled() {
   return enabled;
 }
 
-void TraceArgs::key(std::string_view key) {
-  if (!body_.empty()) body_ += ',';
-  append_quoted(body_, key);
-  body_ += ':';
-}
-
-TraceArgs& TraceArgs::add_int(std::string_view k, int64_t value) {
-  key(k);
-  body_ += std::to_string(value);
+TraceArgs& TraceArgs::add_int(std::string_view key, int64_t value) {
+  fields_.emplace_back(key, value);
   return *this;
 }
 
-TraceArgs& TraceArgs::add_uint(std::string_view k, uint64_t value) {
-  key(k);
-  body_ += std::to_string(value);
+TraceArgs& TraceArgs::add_uint(std::string_view key, uint64_t value) {
+  fields_.emplace_back(key, value);
   return *this;
 }
 
-TraceArgs& TraceArgs::add_us(std::string_view k, int64_t ns) {
-  key(k);
-  append_us(body_, ns);
+TraceArgs& TraceArgs::add_us(std::string_view key, int64_t ns) {
+  fields_.emplace_back(key, us_of(ns));
   return *this;
 }
 
-TraceArgs& TraceArgs::add_text(std::string_view k, std::string_view value) {
-  key(k);
-  append_quoted(body_, value);
+TraceArgs& TraceArgs::add_text(std::string_view key, std::string_view value) {
+  fields_.emplace_back(key, std::string(value));
   return *this;
 }
+
+namespace {
+
+// The event's args object, fields in the order they were added.
+ordered_json args_json(const TraceArgs& args) {
+  ordered_json out = ordered_json::object();
+  for (const auto& [key, value] : args.fields()) {
+    std::visit([&out, &key](const auto& v) { out[key] = v; }, value);
+  }
+  return out;
+}
+
+}  // namespace
 
 int64_t trace_now_ns() { return steady_ns(); }
 
@@ -294,30 +297,25 @@ void trace_complete(int rank, int track, std::string_view name, std::string_view
                     int64_t start_ns, int64_t end_ns, const TraceArgs& args) {
   Tracer* t = tracer();
   if (t == nullptr) return;
-  std::string e = R"({"ph":"X","name":)";
-  append_quoted(e, name);
-  e += ",\"cat\":";
-  append_quoted(e, category);
-  e += ",\"pid\":" + std::to_string(rank) + ",\"tid\":" + std::to_string(track) + ",\"ts\":";
-  t->append_ts(e, start_ns);
-  e += ",\"dur\":";
-  append_us(e, end_ns > start_ns ? end_ns - start_ns : 0);
-  e += ",\"args\":" + args.json() + "}";
-  t->add(rank, std::move(e), end_ns);
+  const ordered_json e = {{"ph", "X"},
+                          {"name", name},
+                          {"cat", category},
+                          {"pid", rank},
+                          {"tid", track},
+                          {"ts", t->ts(start_ns)},
+                          {"dur", us_of(end_ns > start_ns ? end_ns - start_ns : 0)},
+                          {"args", args_json(args)}};
+  t->add(rank, dump_event(e), end_ns);
 }
 
 void trace_instant(int rank, int track, std::string_view name, std::string_view category,
                    int64_t at_ns, const TraceArgs& args) {
   Tracer* t = tracer();
   if (t == nullptr) return;
-  std::string e = R"({"ph":"i","s":"t","name":)";
-  append_quoted(e, name);
-  e += ",\"cat\":";
-  append_quoted(e, category);
-  e += ",\"pid\":" + std::to_string(rank) + ",\"tid\":" + std::to_string(track) + ",\"ts\":";
-  t->append_ts(e, at_ns);
-  e += ",\"args\":" + args.json() + "}";
-  t->add(rank, std::move(e), at_ns);
+  const ordered_json e = {
+      {"ph", "i"},   {"s", "t"},     {"name", name},       {"cat", category},
+      {"pid", rank}, {"tid", track}, {"ts", t->ts(at_ns)}, {"args", args_json(args)}};
+  t->add(rank, dump_event(e), at_ns);
 }
 
 void trace_collective(int rank, int track, std::string_view group, uint64_t seq,

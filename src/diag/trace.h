@@ -30,6 +30,8 @@
 #include <exception>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <variant>
 #include <vector>
 
 namespace tdist::diag {
@@ -39,19 +41,22 @@ class FlightRecorder;
 // Whether TDIST_TRACE names a folder (read at the first call, then cached).
 bool trace_enabled();
 
-// The event's "args" object, built field by field (keys and text are escaped).
+// The event's "args" object, built field by field (in that order; texts may hold any
+// bytes: invalid UTF-8 is written as U+FFFD).
 class TraceArgs {
  public:
+  // An integer, a text, or microseconds (add_us).
+  using Value = std::variant<int64_t, uint64_t, double, std::string>;
+
   TraceArgs& add_int(std::string_view key, int64_t value);
   TraceArgs& add_uint(std::string_view key, uint64_t value);
   TraceArgs& add_text(std::string_view key, std::string_view value);
   TraceArgs& add_us(std::string_view key, int64_t ns);  // a duration, as microseconds
-  // "{...}"
-  std::string json() const { return "{" + body_ + "}"; }
+
+  const std::vector<std::pair<std::string, Value>>& fields() const { return fields_; }
 
  private:
-  void key(std::string_view key);
-  std::string body_;
+  std::vector<std::pair<std::string, Value>> fields_;
 };
 
 // The time base of every event: steady-clock nanoseconds (FlightRecorder's steady_ns).

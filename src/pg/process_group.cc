@@ -9,7 +9,6 @@
 #include <string>
 #include <utility>
 
-#include "core/json_string.h"
 #include "diag/flight_recorder.h"
 #include "diag/trace.h"
 #include "tdist/error.h"
@@ -71,19 +70,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::make_member_group(const std::vector<
 }
 
 std::string ProcessGroup::flight_record() const {
-  std::string out = "{\"name\":\"";
-  detail::append_json_string(out, name_);
-  out += "\",\"backend\":\"";
-  detail::append_json_string(out, backend_name());
-  out += "\",\"rank\":" + std::to_string(rank_) + ",\"size\":" + std::to_string(size_) +
-         ",\"global_ranks\":[";
-  for (size_t i = 0; i < global_ranks_.size(); ++i) {
-    if (i > 0) out += ",";
-    out += std::to_string(global_ranks_[i]);
-  }
-  out +=
-      "],\"next_seq\":" + std::to_string(next_seq()) + ",\"record\":" + recorder_->ops_json() + "}";
-  return out;
+  return recorder_->record_json(*this, next_seq());
 }
 
 ProcessGroup::TraceTrack::~TraceTrack() {

@@ -1,5 +1,6 @@
 // Error files: the terminate handler in forked children that really die, and the JSON
-// that write_error_file produces (checked byte for byte; the launcher's tests parse it).
+// that write_error_file produces (checked byte for byte; the launcher's tests parse it, and
+// have torch read it).
 #include "tdist/error_file.h"
 
 #include <fcntl.h>
@@ -23,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/run_command.h"
 #include "support/temp_dir.h"
 #include "tdist/error.h"
 
@@ -30,6 +32,7 @@ namespace tdist {
 namespace {
 
 using test_support::read_file;
+using test_support::run_command;
 using test_support::TempDir;
 
 // Sets TORCHELASTIC_ERROR_FILE for one test and restores it afterwards.
@@ -124,9 +127,9 @@ TEST(ErrorFile, UncaughtTdistErrorIsWrittenInTorchFormat) {
 
   const std::string text = read_file(path);
   const std::regex format(
-      R"re(\{"message": \{"message": "tdist::PeerError: rank 1 lost \\"peer\\" 2", )re"
-      R"re("extraInfo": \{"py_callstack": "tdist::PeerError: rank 1 lost \\"peer\\" 2", )re"
-      R"re("timestamp": "([0-9]+)"\}\}\})re");
+      R"re(\{"message":\{"message":"tdist::PeerError: rank 1 lost \\"peer\\" 2",)re"
+      R"re("extraInfo":\{"py_callstack":"tdist::PeerError: rank 1 lost \\"peer\\" 2",)re"
+      R"re("timestamp":"([0-9]+)"\}\}\})re");
   std::smatch match;
   ASSERT_TRUE(std::regex_match(text, match, format)) << text;
   const long long stamp = std::stoll(match[1].str());
@@ -150,7 +153,7 @@ TEST(ErrorFile, NonStdExceptionGivesItsType) {
   ErrorFileEnv env(path);
   ChildResult child = run_child([] { throw_from_thread(42); }, dir.path() + "/stderr.txt");
   EXPECT_TRUE(died_by_sigabrt(child.status));
-  EXPECT_NE(read_file(path).find(R"({"message": {"message": "int", )"), std::string::npos)
+  EXPECT_NE(read_file(path).find(R"({"message":{"message":"int",)"), std::string::npos)
       << read_file(path);
   EXPECT_NE(child.stderr_text.find("tdist: uncaught int\n"), std::string::npos);
 }
@@ -188,22 +191,45 @@ TEST(ErrorFile, WriteEscapesAndKeepsUtf8) {
   write_error_file("old message");
   // Quotes, backslash, newline, CR, tab, other control characters, DEL, UTF-8 (2, 3 and
   // 4 bytes), and invalid UTF-8 (a stray continuation, a truncated sequence, an overlong
-  // '/', a surrogate), which become U+FFFD.
+  // '/', a surrogate), which become U+FFFD: one per maximal ill-formed part, as Python's
+  // bytes.decode('utf-8', 'replace') has it (the truncated sequence one, the others one per
+  // byte).
   const std::string message =
       "a \"q\" \\b\\ line1\nline2\r\tx\x01\x1f\x7f \xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80 "
       "bad:\x80|\xe6\x97|\xc0\xaf|\xed\xa0\x80|";
   write_error_file(message);
   const std::string escaped =
       "a \\\"q\\\" \\\\b\\\\ line1\\nline2\\r\\tx\\u0001\\u001f\x7f \xc3\xa9 \xe6\x97\xa5 "
-      "\xf0\x9f\x98\x80 bad:\xef\xbf\xbd|\xef\xbf\xbd\xef\xbf\xbd|\xef\xbf\xbd\xef\xbf\xbd|"
+      "\xf0\x9f\x98\x80 bad:\xef\xbf\xbd|\xef\xbf\xbd|\xef\xbf\xbd\xef\xbf\xbd|"
       "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd|";
   const std::string text = read_file(path);
-  const std::string head = R"({"message": {"message": ")" + escaped +
-                           R"(", "extraInfo": {"py_callstack": ")" + escaped +
-                           R"(", "timestamp": ")";
+  const std::string head = R"({"message":{"message":")" + escaped +
+                           R"(","extraInfo":{"py_callstack":")" + escaped + R"(","timestamp":")";
   EXPECT_EQ(text.substr(0, head.size()), head) << text;
   EXPECT_EQ(text.find("old message"), std::string::npos);
   EXPECT_EQ(dir.files(), std::vector<std::string>{"error.json"});
+}
+
+// Python's json reads a file whose message had invalid UTF-8, and finds what Python's own
+// decoding with replacement makes of those bytes.
+TEST(ErrorFile, PythonReadsInvalidUtf8AsItDecodesIt) {
+  std::string out;
+  if (run_command("python3 -c pass", &out) != 0) GTEST_SKIP() << "no python3: " << out;
+  TempDir dir;
+  const std::string path = dir.file("error.json");
+  ErrorFileEnv env(path);
+  const std::string message = "x\x80y\xe6\x97|\xc0\xaf|\xed\xa0\x80|\xf0\x9f\x98 \xc3\xa9\n\x01\"";
+  write_error_file(message);
+  const std::string raw = dir.write("raw.bin", message);
+  const std::string script =
+      dir.write("check.py",
+                "import json, sys\n"
+                "want = open(sys.argv[2], 'rb').read().decode('utf-8', 'replace')\n"
+                "m = json.load(open(sys.argv[1], encoding='utf-8'))['message']\n"
+                "ok = m['message'] == want == m['extraInfo']['py_callstack']\n"
+                "print(ascii(m['message']), ascii(want))\n"
+                "sys.exit(0 if ok else 1)\n");
+  EXPECT_EQ(run_command("python3 " + script + " " + path + " " + raw, &out), 0) << out;
 }
 
 TEST(ErrorFile, WriteIsANoOpWhenUnsetAndNeverThrows) {
