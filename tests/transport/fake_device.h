@@ -36,7 +36,7 @@ struct DeviceCounters {
 class HostDeviceChannel final : public shm::ShmChannel, public core::DeviceChannel {
  public:
   HostDeviceChannel(shm::PeerLink link, DeviceCounters* counters)
-      : ShmChannel(std::move(link)), counters_(counters) {}
+      : ShmChannel(std::move(link), ShmCommOptions{}.single_copy_bytes), counters_(counters) {}
 
   const char* kind() const override { return "host_device"; }
   std::string describe() const override { return "host_device over " + ShmChannel::describe(); }

@@ -39,8 +39,9 @@ void allocation_of(const void* p, uint64_t* base, uint64_t* bytes) {
   *bytes = n;
 }
 
-CudaIpcChannel::CudaIpcChannel(shm::PeerLink link, std::shared_ptr<const DeviceStream> device)
-    : ShmChannel(std::move(link)), device_(std::move(device)) {
+CudaIpcChannel::CudaIpcChannel(shm::PeerLink link, size_t single_copy_bytes,
+                               std::shared_ptr<const DeviceStream> device)
+    : ShmChannel(std::move(link), single_copy_bytes), device_(std::move(device)) {
   device_->use();
   cudaEvent_t e = nullptr;
   check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync),

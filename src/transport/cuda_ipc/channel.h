@@ -36,7 +36,8 @@ namespace tdist::transport::cuda_ipc {
 
 class CudaIpcChannel final : public shm::ShmChannel, public core::DeviceChannel {
  public:
-  CudaIpcChannel(shm::PeerLink link, std::shared_ptr<const DeviceStream> device);
+  CudaIpcChannel(shm::PeerLink link, size_t single_copy_bytes,
+                 std::shared_ptr<const DeviceStream> device);
   ~CudaIpcChannel() override;
 
   const char* kind() const override { return "cuda_ipc"; }

@@ -18,13 +18,13 @@ class CudaIpcKind final : public ChannelKind {
 
   ChannelTable connect(Store& store, int rank, int size, const std::vector<bool>& peers, int first,
                        Deadline deadline) const override {
-    auto links = shm::link_peers(store, rank, size, peers, first,
-                                 ShmCommOptions::from_settings().ring_bytes, deadline);
+    const ShmCommOptions shm_options = ShmCommOptions::from_settings();
+    auto links = shm::link_peers(store, rank, size, peers, first, shm_options.ring_bytes, deadline);
     ChannelTable table(static_cast<size_t>(size));
     for (int peer = 0; peer < size; ++peer) {
       if (!peers[peer]) continue;
-      table[peer].push_back(
-          std::make_unique<cuda_ipc::CudaIpcChannel>(std::move(links[peer]), device_));
+      table[peer].push_back(std::make_unique<cuda_ipc::CudaIpcChannel>(
+          std::move(links[peer]), shm_options.single_copy_bytes, device_));
     }
     return table;
   }

@@ -20,14 +20,14 @@ uint64_t chunk_of(const RingView& ring) {
 
 }  // namespace
 
-ShmChannel::ShmChannel(PeerLink link)
+ShmChannel::ShmChannel(PeerLink link, size_t single_copy_bytes)
     : link_(std::move(link)),
       out_(link_.send.ring()),
       in_(link_.recv.ring()),
       out_chunk_(chunk_of(out_)),
       in_chunk_(chunk_of(in_)),
       // Single copy reads the peer's memory by its pid, which needs one this process sees.
-      single_copy_bytes_(link_.pid > 0 ? shm::single_copy_bytes() : 0) {}
+      single_copy_bytes_(link_.pid > 0 ? single_copy_bytes : 0) {}
 
 size_t ShmChannel::single_copy_bytes() const {
   return single_copy_allowed() ? single_copy_bytes_ : 0;

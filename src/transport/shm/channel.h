@@ -25,7 +25,8 @@ namespace tdist::transport::shm {
 
 class ShmChannel : public core::Channel {
  public:
-  explicit ShmChannel(PeerLink link);
+  // `single_copy_bytes`: ShmCommOptions' (0: off).
+  ShmChannel(PeerLink link, size_t single_copy_bytes);
 
   const char* kind() const override { return "shm"; }
   std::string describe() const override;
@@ -36,7 +37,7 @@ class ShmChannel : public core::Channel {
   bool readable() override;
   bool writable() override;
   size_t rendezvous_bytes() const override { return size_t{1} << 20; }
-  // single_copy.h: from TDIST_SHM_SINGLE_COPY_BYTES, while the kernel allows it.
+  // The constructor's, while the kernel allows single copies (single_copy.h).
   size_t single_copy_bytes() const override;
   bool read_remote(void* dest, uint64_t remote_address, size_t bytes) override;
   void arm(bool want_write) override;
@@ -58,7 +59,7 @@ class ShmChannel : public core::Channel {
   const RingView in_;                // link_.recv
   const uint64_t out_chunk_;         // bytes copied between publications of head
   const uint64_t in_chunk_;          // bytes copied between publications of tail
-  const size_t single_copy_bytes_;   // TDIST_SHM_SINGLE_COPY_BYTES (0: off)
+  const size_t single_copy_bytes_;   // 0: off
   uint64_t head_ = 0;                // send direction: bytes written
   uint64_t seen_tail_ = 0;           // send direction: the receiver's tail, last read
   uint64_t tail_ = 0;                // receive direction: bytes consumed

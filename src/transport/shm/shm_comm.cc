@@ -21,7 +21,8 @@ class ShmKind final : public ChannelKind {
     ChannelTable table(static_cast<size_t>(size));
     for (int peer = 0; peer < size; ++peer) {
       if (peers[peer]) {
-        table[peer].push_back(std::make_unique<shm::ShmChannel>(std::move(links[peer])));
+        table[peer].push_back(
+            std::make_unique<shm::ShmChannel>(std::move(links[peer]), options_.single_copy_bytes));
       }
     }
     return table;
@@ -36,6 +37,8 @@ class ShmKind final : public ChannelKind {
 ShmCommOptions ShmCommOptions::from_settings() {
   ShmCommOptions o;
   o.ring_bytes = static_cast<size_t>(setting_int("TDIST_SHM_RING_BYTES"));
+  // Never negative: the registry refuses values outside 0..2^62.
+  o.single_copy_bytes = static_cast<size_t>(setting_int("TDIST_SHM_SINGLE_COPY_BYTES"));
   return o;
 }
 

@@ -37,6 +37,9 @@ struct ShmCommOptions {
   // Data bytes of each ring this rank sends on (one per peer), clamped to 4 KiB..1 GiB;
   // ranks may differ.
   size_t ring_bytes = size_t{1} << 20;
+  // Messages of at least this many bytes are copied straight from the sender's memory
+  // where the kernel allows it (single_copy.h); 0: always through the rings.
+  size_t single_copy_bytes = size_t{1} << 20;
 
   // The environment's values (InvalidArgument naming a bad one).
   static ShmCommOptions from_settings();

@@ -8,7 +8,6 @@
 
 #include "net/fd.h"
 #include "tdist/logging.h"
-#include "tdist/settings.h"
 
 namespace tdist::transport::shm {
 namespace {
@@ -18,11 +17,6 @@ std::atomic<bool> refused{false};
 }  // namespace
 
 bool single_copy_allowed() { return !refused.load(std::memory_order_relaxed); }
-
-size_t single_copy_bytes() {
-  // Never negative: the registry refuses values outside 0..2^62.
-  return static_cast<size_t>(setting_int("TDIST_SHM_SINGLE_COPY_BYTES"));
-}
 
 bool single_copy_read(pid_t pid, void* dest, uint64_t address, size_t bytes) {
   auto* out = static_cast<uint8_t*>(dest);

@@ -17,9 +17,6 @@
 
 namespace tdist::transport::shm {
 
-// TDIST_SHM_SINGLE_COPY_BYTES: messages of at least this many bytes go by single copy;
-// 0 when it is off.
-size_t single_copy_bytes();
 // False once the kernel refused a single copy in this process.
 bool single_copy_allowed();
 
