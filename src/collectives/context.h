@@ -6,8 +6,8 @@
 // seq       the group's operation number: every message of this operation uses
 //           transport::collective_tag(seq, step)
 // deadline  when the operation must be done; waits throw TimeoutError after it
-// settings  TDIST_ALGO and TDIST_CHUNK_BYTES, parsed once (settings.h): a group passes
-//           its own; left out, the process-wide parse (InvalidArgument from a bad value)
+// settings  TDIST_ALGO and TDIST_CHUNK_BYTES, resolved once where the group is made
+//           (settings.h), which passes its own; left out, nothing forced and the defaults
 // chosen    when not null, the collective stores there the algorithm it chose (the first
 //           choice: a hierarchical algorithm's phases run on contexts without it), for
 //           the timeline; written by the thread that runs the collective
