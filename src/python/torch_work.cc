@@ -11,8 +11,8 @@
 #include <thread>
 #include <utility>
 
-#include "tdist/error.h"
 #include "core/polling.h"
+#include "tdist/error.h"
 
 namespace tdist::python {
 namespace {
@@ -99,7 +99,7 @@ bool TorchWork::wait(std::chrono::milliseconds timeout) {
 c10::intrusive_ptr<c10::ivalue::Future> TorchWork::getFuture() {
   c10::intrusive_ptr<c10::ivalue::Future> future;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (future_) return future_;
     future_ =
         c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
