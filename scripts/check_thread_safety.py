@@ -17,6 +17,9 @@ FILE, written by CMake from the targets' properties, holds one "key value" per l
     implicit DIR       the compiler's own include folders (left out, as CMake does)
     include DIR, define NAME[=VALUE], option OPTION   (options that start -W are left out:
                        the warnings are this check's)
+    python_headers interpreter   Python's headers are those of the interpreter running
+                       this (a tree that does not build the extension names none); without
+                       them the group is left out, and said so
 
 --libtorch1: LibTorch 1.x's headers are not C++20 that clang takes with libstdc++ (a
 std::vector<c10::IValue> is used before c10::IValue is complete, which libstdc++'s C++20
@@ -32,6 +35,7 @@ import argparse
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -51,11 +55,12 @@ def read_groups(path):
         if key == "group":
             name, _, folder = value.partition(" ")
             groups.append({"name": name, "dir": Path(folder), "std": "c++20", "project": [],
-                           "implicit": [], "include": [], "define": [], "option": []})
+                           "implicit": [], "include": [], "define": [], "option": [],
+                           "python_headers": ""})
         elif not groups:
             sys.exit(f"check_thread_safety: {path}: '{key}' before any group")
-        elif key == "std":
-            groups[-1]["std"] = value
+        elif key in ("std", "python_headers"):
+            groups[-1][key] = value
         elif key in ("project", "implicit", "include", "define", "option"):
             if value:  # an empty list leaves the key alone
                 groups[-1][key].append(value)
@@ -109,6 +114,13 @@ def main():
     with tempfile.TemporaryDirectory(prefix="tdist_thread_safety_") as tmp:
         runs = []
         for i, group in enumerate(groups):
+            if group["python_headers"] == "interpreter":
+                headers = sysconfig.get_paths()["include"]
+                if not (Path(headers) / "Python.h").is_file():
+                    print(f"{group['name']}: left out: no Python.h for {sys.executable} "
+                          f"(in {headers}; Debian: apt-get install python3-dev)")
+                    continue
+                group["include"].append(headers)
             sources = sorted(group["dir"].glob("*.cc"))
             if not sources:
                 sys.exit(f"check_thread_safety: no .cc in {group['dir']}")
