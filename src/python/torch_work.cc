@@ -98,7 +98,7 @@ bool TorchWork::wait(std::chrono::milliseconds timeout) {
 c10::intrusive_ptr<c10::ivalue::Future> TorchWork::getFuture() {
   c10::intrusive_ptr<c10::ivalue::Future> future;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (future_) return future_;
     future_ =
         c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));

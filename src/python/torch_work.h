@@ -14,11 +14,11 @@
 #pragma once
 
 #include <exception>
-#include <mutex>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
 
 #include "python/progress_thread.h"
+#include "tdist/thread_annotations.h"
 #include "tdist/work.h"
 
 namespace tdist::python {
@@ -47,15 +47,15 @@ class TorchWork final : public ::c10d::Work {
   std::vector<at::Tensor> result() override { return outputs_; }
   void synchronize() override {}
   bool wait(std::chrono::milliseconds timeout) override;
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override TDIST_EXCLUDES(mu_);
 
  private:
   const std::vector<WorkPtr> works_;
   const std::vector<at::Tensor> outputs_;
   const bool p2p_;
   const std::shared_ptr<ProgressThread> progress_;
-  std::mutex mu_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;  // guarded by mu_; made on first use
+  Mutex mu_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_ TDIST_GUARDED_BY(mu_);  // made on first use
 };
 
 }  // namespace tdist::python

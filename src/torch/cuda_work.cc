@@ -12,7 +12,6 @@
 #include <chrono>
 #include <exception>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -20,6 +19,7 @@
 
 #include "tdist/device.h"
 #include "tdist/error.h"
+#include "tdist/thread_annotations.h"
 
 namespace tdist::torch {
 
@@ -50,8 +50,8 @@ class CudaOp {
   // Queues the copy-back on the side stream (kDevice: after the operation's event; kStaged:
   // once the host collective completed) and records done_ after it; once. Nothing is
   // copied after a failure the host knows of. Never throws: a CUDA error becomes error().
-  void queue_copy_back() {
-    std::lock_guard<std::mutex> lock(mu_);
+  void queue_copy_back() TDIST_EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     if (queued_) return;
     queued_ = true;
     if (inner_->is_completed() && inner_->exception() != nullptr) return;
@@ -89,9 +89,9 @@ class CudaOp {
   }
 
   // The error of the operation or of the copy-back (null while unknown).
-  std::exception_ptr error() {
+  std::exception_ptr error() TDIST_EXCLUDES(mu_) {
     if (inner_->is_completed() && inner_->exception() != nullptr) return inner_->exception();
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return error_;
   }
 
@@ -102,11 +102,16 @@ class CudaOp {
 
  private:
   const WorkPtr inner_;
-  Staging staging_;  // kept until the CudaOp goes: the operation may use every buffer
-  std::mutex mu_;
-  bool queued_ = false;  // guarded by mu_
-  std::exception_ptr error_;
-  at::cuda::CUDAEvent done_;  // recorded once, by queue_copy_back
+  // Kept until the CudaOp goes: the operation may use every buffer. Not written after the
+  // constructor.
+  Staging staging_;
+  Mutex mu_;
+  bool queued_ TDIST_GUARDED_BY(mu_) = false;
+  std::exception_ptr error_ TDIST_GUARDED_BY(mu_);
+  // Recorded once, by queue_copy_back() under mu_; read without it, but only after a
+  // queue_copy_back() returned (the reader's own, or launch_cuda's for kDevice), which
+  // orders the read after the record.
+  at::cuda::CUDAEvent done_;
 };
 
 class CudaTensorWork final : public Work {

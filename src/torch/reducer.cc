@@ -86,7 +86,7 @@ Reducer::Reducer(std::vector<NamedTensor> params, std::shared_ptr<ProcessGroup> 
   }
   std::vector<size_t> reversed(params_.size());
   for (size_t i = 0; i < reversed.size(); ++i) reversed[i] = reversed.size() - 1 - i;
-  build_buckets(reversed);
+  build_buckets_locked(reversed);
   for (size_t i = 0; i < params_.size(); ++i) {
     params_[i].hook_key =
         params_[i].grad_accumulator->add_post_hook(std::make_unique<GradHook>(*this, i));
@@ -94,10 +94,10 @@ Reducer::Reducer(std::vector<NamedTensor> params, std::shared_ptr<ProcessGroup> 
 }
 
 Reducer::~Reducer() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (phase_ == Phase::kReducing) {
     // Launched collectives write into the buckets: they must end before the buckets go.
-    if (std::exception_ptr error = wait_for_launched()) {
+    if (std::exception_ptr error = wait_for_launched_locked()) {
       TDIST_LOG(kWarn) << "DDP: an unfinished backward pass failed: " << message_of(error);
     }
   }
@@ -105,10 +105,10 @@ Reducer::~Reducer() {
 }
 
 void Reducer::prepare_for_forward() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (phase_ == Phase::kReducing) {
-    std::exception_ptr error = wait_for_launched();
-    detach_in_place();
+    std::exception_ptr error = wait_for_launched_locked();
+    detach_in_place_locked();
     phase_ = Phase::kIdle;
     TDIST_THROW(Error, "DDP: synchronized backward pass ", synced_passes_,
                 " did not finish: it failed before every gradient was reduced, so this rank's "
@@ -116,17 +116,17 @@ void Reducer::prepare_for_forward() {
                 error != nullptr ? " (communication: " + message_of(error) + ")" : "",
                 ". The next forward starts a new iteration");
   }
-  if (rebuild_due_) rebuild_buckets();
+  if (rebuild_due_) rebuild_buckets_locked();
 }
 
 void Reducer::prepare_for_backward(const std::vector<::torch::Tensor>& outputs) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (handle_unused_ && !(options_.static_graph && unused_known_)) {
     TDIST_CHECK(!outputs.empty(), InvalidArgument,
                 "DDP: find_unused_parameters and static_graph need the tensors of forward's "
                 "output, and DDP found none in it (it looks into Tensor, std::vector, "
                 "std::tuple and std::pair)");
-    unused_ = search_unused(outputs);
+    unused_ = search_unused_locked(outputs);
     unused_known_ = true;
   }
   std::fill(ready_.begin(), ready_.end(), 0);
@@ -140,17 +140,17 @@ void Reducer::prepare_for_backward(const std::vector<::torch::Tensor>& outputs) 
 }
 
 void Reducer::prepare_for_local_backward() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   phase_ = Phase::kArmedLocal;
 }
 
 bool Reducer::needs_outputs() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return handle_unused_ && !(options_.static_graph && unused_known_);
 }
 
 void Reducer::set_comm_hook(std::shared_ptr<CommHook> hook) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   TDIST_CHECK(hook != nullptr, InvalidArgument, "DDP: register_comm_hook got a null hook");
   TDIST_CHECK(!custom_hook_, Error,
               "DDP: a comm hook is already registered (register_comm_hook may be called once)");
@@ -161,7 +161,7 @@ void Reducer::set_comm_hook(std::shared_ptr<CommHook> hook) {
 }
 
 void Reducer::autograd_hook(size_t index) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   switch (phase_) {
     case Phase::kIdle:  // a backward pass that no DDP forward armed: local only
       return;
@@ -170,15 +170,15 @@ void Reducer::autograd_hook(size_t index) {
       phase_ = Phase::kIdle;
       return;
     case Phase::kArmed:
-      start_reduction();
+      start_reduction_locked();
       break;
     case Phase::kReducing:
       break;
   }
-  mark_ready(index);
+  mark_ready_locked(index);
 }
 
-void Reducer::start_reduction() {
+void Reducer::start_reduction_locked() {
   phase_ = Phase::kReducing;
   ++backward_passes_;
   ++synced_passes_;
@@ -188,11 +188,11 @@ void Reducer::start_reduction() {
   control_[0] = passes;
   control_[1] = -passes;
   for (size_t u : unused_) control_[2 + u] = params_[u].tensor.grad().defined() ? 1 : 0;
-  if (during_backward_) launch_control();
-  for (size_t u : unused_) mark_ready(u);
+  if (during_backward_) launch_control_locked();
+  for (size_t u : unused_) mark_ready_locked(u);
 }
 
-void Reducer::launch_control() {
+void Reducer::launch_control_locked() {
   // Issued before any bucket, so it pairs with the same collective on every rank.
   if (control_on_device_) {
     control_tensor_ =
@@ -204,14 +204,16 @@ void Reducer::launch_control() {
       group_->all_reduce(control_.data(), control_.size(), DType::kI64, ReduceOpKind::kMax);
 }
 
-void Reducer::launch_full_buckets() {
+void Reducer::launch_full_buckets_locked() {
   // In index order only, so that every rank issues the same sequence.
+  // Read here: the lambda runs inside comm_stream_.run(), where the analysis cannot see mu_.
+  CommHook& hook = *hook_;
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& next = buckets_[next_bucket_++];
-    next.work = comm_stream_.run([&] { return hook_->run(*group_, next.grad); });
+    next.work = comm_stream_.run([&] { return hook.run(*group_, next.grad); });
     TDIST_CHECK(next.work != nullptr, Error, "DDP: the comm hook returned no Work for bucket ",
                 next.grad.index);
-    if (trace_rank_ >= 0) trace_launched(next);
+    if (trace_rank_ >= 0) trace_launched_locked(next);
   }
 }
 
@@ -225,7 +227,7 @@ diag::TraceArgs bucket_args(size_t index, size_t bytes, size_t params) {
 
 }  // namespace
 
-void Reducer::trace_ready(const Bucket& bucket) const {
+void Reducer::trace_ready_locked(const Bucket& bucket) const {
   diag::trace_instant(trace_rank_, trace_track_,
                       "bucket " + std::to_string(bucket.grad.index) + " ready", "ddp",
                       diag::trace_now_ns(),
@@ -233,7 +235,7 @@ void Reducer::trace_ready(const Bucket& bucket) const {
                           .add_uint("pass", synced_passes_));
 }
 
-void Reducer::trace_launched(Bucket& bucket) const {
+void Reducer::trace_launched_locked(Bucket& bucket) const {
   // One complete event from the launch to the end of the bucket's Work (the callback runs
   // on whichever thread finishes it, or here when it already has).
   const int64_t launched = diag::trace_now_ns();
@@ -246,7 +248,7 @@ void Reducer::trace_launched(Bucket& bucket) const {
       });
 }
 
-void Reducer::mark_ready(size_t index) {
+void Reducer::mark_ready_locked(size_t index) {
   Param& param = params_[index];
   TDIST_CHECK(!ready_[index], Error, "DDP: parameter '", param.name,
               "' got its gradient twice in synchronized backward pass ", synced_passes_,
@@ -256,21 +258,21 @@ void Reducer::mark_ready(size_t index) {
   ready_[index] = 1;
   if (synced_passes_ == 1 && !rebuilt_) ready_order_.push_back(index);
   Bucket& bucket = buckets_[param.bucket];
-  copy_grad_to_bucket(param, bucket);
+  copy_grad_to_bucket_locked(param, bucket);
   if (--bucket.pending == 0) {
-    if (trace_rank_ >= 0) trace_ready(bucket);
-    if (during_backward_) launch_full_buckets();
+    if (trace_rank_ >= 0) trace_ready_locked(bucket);
+    if (during_backward_) launch_full_buckets_locked();
   }
 }
 
-void Reducer::copy_grad_to_bucket(const Param& param, Bucket& bucket) {
+void Reducer::copy_grad_to_bucket_locked(const Param& param, Bucket& bucket) {
   ::torch::Tensor& grad = param.tensor.mutable_grad();
   TDIST_CHECK(!grad.defined() || (grad.layout() == ::torch::kStrided && grad.device() == device_),
               InvalidArgument, "DDP: parameter '", param.name, "' got a sparse gradient or one on ",
               grad.device(), "; DDP reduces dense gradients on the parameters' device (", device_,
               ")");
   if (bucket.in_place) {
-    attach_in_place(param, bucket);
+    attach_in_place_locked(param, bucket);
     return;
   }
   ::torch::Tensor& view = bucket.grad.gradients[param.slot];
@@ -283,7 +285,7 @@ void Reducer::copy_grad_to_bucket(const Param& param, Bucket& bucket) {
   if (options_.gradient_as_bucket_view) grad = view;
 }
 
-void Reducer::attach_in_place(const Param& param, Bucket& bucket) {
+void Reducer::attach_in_place_locked(const Param& param, Bucket& bucket) {
   GradBucket& g = bucket.grad;
   const ::torch::Tensor& grad = param.tensor.grad();
   if (grad.defined() && grad.is_contiguous()) {
@@ -303,7 +305,7 @@ void Reducer::attach_in_place(const Param& param, Bucket& bucket) {
   }
 }
 
-void Reducer::detach_in_place() {
+void Reducer::detach_in_place_locked() {
   for (Bucket& b : buckets_) {
     if (!b.in_place) continue;
     b.grad.buffer = ::torch::Tensor();
@@ -312,7 +314,7 @@ void Reducer::detach_in_place() {
 }
 
 void Reducer::finalize_backward() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (phase_ != Phase::kReducing) return;
   std::vector<size_t> missing;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -320,14 +322,14 @@ void Reducer::finalize_backward() {
   }
   if (!during_backward_) {
     // A hook that throws fails this backward; the next forward waits for what it launched.
-    launch_control();
-    launch_full_buckets();
+    launch_control_locked();
+    launch_full_buckets_locked();
   }
-  std::exception_ptr error = wait_for_launched();
+  std::exception_ptr error = wait_for_launched_locked();
   comm_stream_.join();  // what follows on the current stream sees the reduced buckets
   phase_ = Phase::kIdle;
   // Written out only for an error (formatting costs microseconds, every backward pass).
-  auto pass = [this] {
+  auto pass = [this]() TDIST_REQUIRES(mu_) {
     return ::tdist::detail::str_cat("DDP synchronized backward pass ", synced_passes_, " (rank ",
                                     group_->rank(), "): ");
   };
@@ -339,11 +341,11 @@ void Reducer::finalize_backward() {
   }
   if (!missing.empty() && handle_unused_) {
     TDIST_THROW(Error, pass(), "these parameters were reached from forward's output but got no ",
-                "gradient: ", describe(missing),
+                "gradient: ", describe_locked(missing),
                 ". Every output of forward must take part in computing the loss");
   }
   TDIST_CHECK(missing.empty(), Error, pass(),
-              "backward finished, but these parameters got no gradient: ", describe(missing),
+              "backward finished, but these parameters got no gradient: ", describe_locked(missing),
               ". Parameters that do not take part in computing the loss need "
               "DDPOptions::find_unused_parameters = true (or static_graph, when the same ones "
               "go unused in every iteration)");
@@ -360,15 +362,15 @@ void Reducer::finalize_backward() {
               ". Every rank must run the same forward/backward passes (the same number of "
               "batches and accumulation steps)");
   for (Bucket& b : buckets_) hook_->finish(*group_, b.grad);
-  write_gradients();
-  detach_in_place();
+  write_gradients_locked();
+  detach_in_place_locked();
   if (synced_passes_ == 1 && !rebuilt_ &&
       (!options_.find_unused_parameters || options_.static_graph)) {
     rebuild_due_ = true;
   }
 }
 
-std::exception_ptr Reducer::wait_for_launched() {
+std::exception_ptr Reducer::wait_for_launched_locked() {
   std::exception_ptr first;
   auto wait = [&](const WorkPtr& work) {
     if (work == nullptr) return;
@@ -387,9 +389,9 @@ std::exception_ptr Reducer::wait_for_launched() {
   return first;
 }
 
-void Reducer::write_gradients() {
+void Reducer::write_gradients_locked() {
   for (size_t i = 0; i < params_.size(); ++i) {
-    if (globally_unused(i)) continue;  // no rank has a gradient: leave grad untouched
+    if (globally_unused_locked(i)) continue;  // no rank has a gradient: leave grad untouched
     const Param& p = params_[i];
     Bucket& bucket = buckets_[p.bucket];
     const ::torch::Tensor& view = bucket.grad.gradients[p.slot];
@@ -407,11 +409,11 @@ void Reducer::write_gradients() {
   }
 }
 
-bool Reducer::globally_unused(size_t index) const {
+bool Reducer::globally_unused_locked(size_t index) const {
   return handle_unused_ && control_[2 + index] == 0;
 }
 
-std::string Reducer::describe(const std::vector<size_t>& indices) const {
+std::string Reducer::describe_locked(const std::vector<size_t>& indices) const {
   constexpr size_t kMaxNames = 10;
   std::string out;
   for (size_t k = 0; k < indices.size() && k < kMaxNames; ++k) {

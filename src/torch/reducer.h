@@ -18,8 +18,9 @@
 // first hook to the final callback -> idle; a forward under no_sync arms a local pass
 // whose first hook only counts it.
 //
-// Thread-safety: one mutex guards everything; hooks may fire on any thread. Comm hooks
-// run with it held. Destruction waits for launched communication and removes the hooks.
+// Thread-safety: one mutex guards everything that is not const; hooks may fire on any
+// thread. Comm hooks run with it held. Destruction waits for launched communication and removes the
+// hooks.
 #pragma once
 
 #include <torch/types.h>
@@ -27,7 +28,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -35,6 +35,7 @@
 #include "compat.h"
 #include "ddp_sync.h"
 #include "tdist/process_group.h"
+#include "tdist/thread_annotations.h"
 #include "tdist/torch/comm_hooks.h"
 #include "tdist/torch/ddp.h"
 #include "tdist/work.h"
@@ -66,17 +67,17 @@ class Reducer {
 
   // Before a grad-mode forward: fails (once) if the previous synchronized backward did
   // not finish, and rebuilds the buckets when due (a collective).
-  void prepare_for_forward();
+  void prepare_for_forward() TDIST_EXCLUDES(mu_);
   // After a grad-mode forward: arms a synchronized pass (outputs: forward's tensors, for
   // the unused-parameter search) or a local one (under no_sync).
-  void prepare_for_backward(const std::vector<::torch::Tensor>& outputs);
-  void prepare_for_local_backward();
+  void prepare_for_backward(const std::vector<::torch::Tensor>& outputs) TDIST_EXCLUDES(mu_);
+  void prepare_for_local_backward() TDIST_EXCLUDES(mu_);
   // Whether prepare_for_backward needs the outputs (an unused-parameter search is due).
-  bool needs_outputs() const;
+  bool needs_outputs() const TDIST_EXCLUDES(mu_);
 
-  void set_comm_hook(std::shared_ptr<CommHook> hook);
-  std::vector<std::vector<std::string>> bucket_assignment() const;
-  bool buckets_rebuilt() const;
+  void set_comm_hook(std::shared_ptr<CommHook> hook) TDIST_EXCLUDES(mu_);
+  std::vector<std::vector<std::string>> bucket_assignment() const TDIST_EXCLUDES(mu_);
+  bool buckets_rebuilt() const TDIST_EXCLUDES(mu_);
   CommOverlap comm_overlap() const {
     return during_backward_ ? CommOverlap::kDuringBackward : CommOverlap::kAfterBackward;
   }
@@ -104,66 +105,71 @@ class Reducer {
     size_t bytes = 0;    // of its parameters (TDIST_TRACE's events)
   };
 
-  void autograd_hook(size_t index);
+  void autograd_hook(size_t index) TDIST_EXCLUDES(mu_);
+  // The end of backward (an autograd callback that start_reduction_locked queues).
+  void finalize_backward() TDIST_EXCLUDES(mu_);
   // The rest run with mu_ held.
-  void start_reduction();
-  void mark_ready(size_t index);
+  void start_reduction_locked() TDIST_REQUIRES(mu_);
+  void mark_ready_locked(size_t index) TDIST_REQUIRES(mu_);
   // Issues the control vector's all_reduce (before any bucket of the pass).
-  void launch_control();
+  void launch_control_locked() TDIST_REQUIRES(mu_);
   // Launches the full buckets from next_bucket_ on, in index order, up to the first that
   // is not full.
-  void launch_full_buckets();
-  void copy_grad_to_bucket(const Param& param, Bucket& bucket);
-  void attach_in_place(const Param& param, Bucket& bucket);
+  void launch_full_buckets_locked() TDIST_REQUIRES(mu_);
+  void copy_grad_to_bucket_locked(const Param& param, Bucket& bucket) TDIST_REQUIRES(mu_);
+  void attach_in_place_locked(const Param& param, Bucket& bucket) TDIST_REQUIRES(mu_);
   // Drops the in-place buckets' references to this pass's gradients.
-  void detach_in_place();
-  void finalize_backward();
+  void detach_in_place_locked() TDIST_REQUIRES(mu_);
   // Waits for the control vector and every launched bucket; returns the first error.
-  std::exception_ptr wait_for_launched();
-  void write_gradients();
-  bool globally_unused(size_t index) const;
-  void build_buckets(const std::vector<size_t>& order);
-  void rebuild_buckets();
-  std::vector<size_t> search_unused(const std::vector<::torch::Tensor>& outputs) const;
-  std::string describe(const std::vector<size_t>& indices) const;
+  std::exception_ptr wait_for_launched_locked() TDIST_REQUIRES(mu_);
+  void write_gradients_locked() TDIST_REQUIRES(mu_);
+  bool globally_unused_locked(size_t index) const TDIST_REQUIRES(mu_);
+  // Also called by the constructor, before any hook exists (constructors go unchecked).
+  void build_buckets_locked(const std::vector<size_t>& order) TDIST_REQUIRES(mu_);
+  void rebuild_buckets_locked() TDIST_REQUIRES(mu_);
+  std::vector<size_t> search_unused_locked(const std::vector<::torch::Tensor>& outputs) const
+      TDIST_REQUIRES(mu_);
+  std::string describe_locked(const std::vector<size_t>& indices) const TDIST_REQUIRES(mu_);
   // TDIST_TRACE (diag/trace.h): bucket `b` became full / was launched (its Work then
   // ends the bucket's event).
-  void trace_ready(const Bucket& bucket) const;
-  void trace_launched(Bucket& bucket) const;
+  void trace_ready_locked(const Bucket& bucket) const TDIST_REQUIRES(mu_);
+  void trace_launched_locked(Bucket& bucket) const TDIST_REQUIRES(mu_);
 
   const std::shared_ptr<ProcessGroup> group_;
   const DDPOptions options_;
+  mutable Mutex mu_;  // guards every member below that is not const
   // The parameters' device (CPU or one CUDA device): buckets live there, and on a CUDA
   // device the buckets' collectives run on comm_stream_.
   const c10::Device device_;
-  CommStream comm_stream_;
+  CommStream comm_stream_ TDIST_GUARDED_BY(mu_);
   // A group that takes device memory only (nccl): the control vector goes through
   // control_tensor_ on device_.
   const bool control_on_device_;
-  ::torch::Tensor control_tensor_;
+  ::torch::Tensor control_tensor_ TDIST_GUARDED_BY(mu_);
   const bool handle_unused_;    // find_unused_parameters or static_graph
   const bool during_backward_;  // options_.overlap resolved: launch buckets from the hooks
-  std::vector<Param> params_;
-  std::shared_ptr<CommHook> hook_;
-  bool custom_hook_ = false;
+  std::vector<Param> params_ TDIST_GUARDED_BY(mu_);
+  std::shared_ptr<CommHook> hook_ TDIST_GUARDED_BY(mu_);
+  bool custom_hook_ TDIST_GUARDED_BY(mu_) = false;
 
-  mutable std::mutex mu_;
-  std::vector<Bucket> buckets_;
-  Phase phase_ = Phase::kIdle;
-  uint64_t backward_passes_ = 0;  // synchronized and local, that reached a hook
-  uint64_t synced_passes_ = 0;
-  std::vector<char> ready_;     // per parameter, in the pass in progress
-  size_t next_bucket_ = 0;      // the next bucket to launch
-  std::vector<size_t> unused_;  // parameters the search expects no gradient for
-  bool unused_known_ = false;   // static_graph: unused_ found in the first pass
+  std::vector<Bucket> buckets_ TDIST_GUARDED_BY(mu_);
+  Phase phase_ TDIST_GUARDED_BY(mu_) = Phase::kIdle;
+  // Synchronized and local, that reached a hook.
+  uint64_t backward_passes_ TDIST_GUARDED_BY(mu_) = 0;
+  uint64_t synced_passes_ TDIST_GUARDED_BY(mu_) = 0;
+  std::vector<char> ready_ TDIST_GUARDED_BY(mu_);  // per parameter, in the pass in progress
+  size_t next_bucket_ TDIST_GUARDED_BY(mu_) = 0;   // the next bucket to launch
+  // Parameters the search expects no gradient for; static_graph: found in the first pass.
+  std::vector<size_t> unused_ TDIST_GUARDED_BY(mu_);
+  bool unused_known_ TDIST_GUARDED_BY(mu_) = false;
   // [passes, -passes, used flags...], all_reduced with max at the start of each pass.
-  std::vector<int64_t> control_;
-  WorkPtr control_work_;
-  std::vector<size_t> ready_order_;  // of the first synchronized pass
-  bool rebuild_due_ = false;
-  bool rebuilt_ = false;
-  int trace_rank_ = -1;  // global rank, when TDIST_TRACE is set
-  int trace_track_ = 0;  // "DDP buckets"
+  std::vector<int64_t> control_ TDIST_GUARDED_BY(mu_);
+  WorkPtr control_work_ TDIST_GUARDED_BY(mu_);
+  std::vector<size_t> ready_order_ TDIST_GUARDED_BY(mu_);  // of the first synchronized pass
+  bool rebuild_due_ TDIST_GUARDED_BY(mu_) = false;
+  bool rebuilt_ TDIST_GUARDED_BY(mu_) = false;
+  int trace_rank_ TDIST_GUARDED_BY(mu_) = -1;  // global rank, when TDIST_TRACE is set
+  int trace_track_ TDIST_GUARDED_BY(mu_) = 0;  // "DDP buckets"
 };
 
 }  // namespace tdist::torch

@@ -52,7 +52,7 @@ std::vector<std::vector<size_t>> assign_buckets(const std::vector<size_t>& order
   return buckets;
 }
 
-void Reducer::build_buckets(const std::vector<size_t>& order) {
+void Reducer::build_buckets_locked(const std::vector<size_t>& order) {
   std::vector<::torch::Tensor> tensors;
   for (const Param& p : params_) tensors.push_back(p.tensor);
   std::vector<std::vector<size_t>> groups =
@@ -72,7 +72,7 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
     bucket.grad.index = b;
     bucket.grad.is_last = b + 1 == groups.size();
     if (bucket.params.size() == 1) {
-      // Reduced in the gradient itself, no buffer of its own (attach_in_place, each pass).
+      // Reduced in the gradient itself, no buffer of its own (attach_in_place_locked, each pass).
       Param& p = params_[bucket.params[0]];
       bucket.in_place = true;
       bucket.grad.gradients.emplace_back();
@@ -110,7 +110,7 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
   buckets_ = std::move(fresh);
 }
 
-void Reducer::rebuild_buckets() {
+void Reducer::rebuild_buckets_locked() {
   const size_t n = params_.size();
   // Rank 0's order for everyone: buckets must hold the same parameters on every rank.
   std::vector<int64_t> order(n, -1);
@@ -129,14 +129,14 @@ void Reducer::rebuild_buckets() {
     seen[static_cast<size_t>(v)] = 1;
     indices.push_back(static_cast<size_t>(v));
   }
-  build_buckets(indices);
+  build_buckets_locked(indices);
   ready_order_.clear();
   rebuild_due_ = false;
   rebuilt_ = true;
 }
 
 std::vector<std::vector<std::string>> Reducer::bucket_assignment() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<std::vector<std::string>> out;
   for (const Bucket& b : buckets_) {
     std::vector<std::string> names;
@@ -147,7 +147,7 @@ std::vector<std::vector<std::string>> Reducer::bucket_assignment() const {
 }
 
 bool Reducer::buckets_rebuilt() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return rebuilt_;
 }
 

@@ -10,7 +10,8 @@
 
 namespace tdist::torch {
 
-std::vector<size_t> Reducer::search_unused(const std::vector<::torch::Tensor>& outputs) const {
+std::vector<size_t> Reducer::search_unused_locked(
+    const std::vector<::torch::Tensor>& outputs) const {
   using ::torch::autograd::Node;
   std::unordered_set<const Node*> seen;
   std::vector<Node*> stack;

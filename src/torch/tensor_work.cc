@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
-#include <mutex>
 #include <numeric>
 #include <string>
 #include <utility>
@@ -17,6 +16,7 @@
 #include "cuda_work.h"
 #include "tdist/device.h"
 #include "tdist/error.h"
+#include "tdist/thread_annotations.h"
 #include "tdist/torch/collectives.h"
 
 namespace tdist::torch {
@@ -35,19 +35,19 @@ class Orphans {
     return *orphans;
   }
 
-  void adopt(std::function<bool()> finished, std::vector<Tensor> keep) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void adopt(std::function<bool()> finished, std::vector<Tensor> keep) TDIST_EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     pending_.emplace_back(std::move(finished), std::move(keep));
   }
 
-  void prune() {
-    std::lock_guard<std::mutex> lock(mu_);
+  void prune() TDIST_EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     std::erase_if(pending_, [](const auto& p) { return p.first(); });
   }
 
  private:
-  std::mutex mu_;
-  std::vector<std::pair<std::function<bool()>, std::vector<Tensor>>> pending_;  // guarded by mu_
+  Mutex mu_;
+  std::vector<std::pair<std::function<bool()>, std::vector<Tensor>>> pending_ TDIST_GUARDED_BY(mu_);
 };
 
 // Wraps the process group's Work: completes when it does, after the copy-back.
@@ -71,12 +71,12 @@ class TensorWork final : public Work {
     if (!inner_done(deadline)) return;
     std::exception_ptr error;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (finished_) return;
       error = inner_->exception();
       if (error == nullptr) {
         try {
-          copy_back();
+          copy_back_locked();
         } catch (...) {
           error = std::current_exception();
         }
@@ -102,7 +102,7 @@ class TensorWork final : public Work {
   // Writes outside autograd (as the operation's own writes through data pointers are);
   // an inference tensor only accepts writes inside InferenceMode. InferenceMode(false)
   // turns grad mode on, so NoGradGuard comes after it.
-  void copy_back() {
+  void copy_back_locked() TDIST_REQUIRES(mu_) {
     for (auto& [dst, src] : staging_.copy_back) {
       c10::InferenceMode inference(dst.is_inference());
       ::torch::NoGradGuard no_grad;
@@ -111,9 +111,10 @@ class TensorWork final : public Work {
   }
 
   WorkPtr inner_;
-  std::mutex mu_;
-  bool finished_ = false;  // guarded by mu_
-  Staging staging_;        // guarded by mu_ once the Work is shared
+  Mutex mu_;
+  bool finished_ TDIST_GUARDED_BY(mu_) = false;
+  // Guarded once the Work is shared (the constructor and destructor have it alone).
+  Staging staging_ TDIST_GUARDED_BY(mu_);
 };
 
 // True when, by its strides, no two elements of `t` can share memory: sorted by stride,
