@@ -14,7 +14,8 @@ namespace {
 // CLI11 2.1 reads "--name=" as "--name" without a value, and would take the next argument
 // as the value; parse() gives such an argument this marker, which typed() removes again.
 constexpr std::string_view kEmpty = "\x1f";
-// What CLI11 gives an option that got no value (its default_str); apply() sees nullopt.
+// What CLI11 gives a flag that got no value (its default_str, or, for one that takes
+// anything, the argument parse() adds after the last one); apply() sees nullopt.
 const std::string kNoValue = "\x1e";
 
 std::string typed(std::string arg) {
@@ -22,7 +23,8 @@ std::string typed(std::string arg) {
   return arg;
 }
 
-Spellings add(CLI::App& app, const std::string& names, int max_values, const Apply& apply) {
+Spellings add(CLI::App& app, const std::string& names, int min_values, int max_values,
+              const Apply& apply) {
   Spellings out;
   for (const std::string& name : CLI::detail::split(names, ',')) {
     auto callback = [name, apply](const CLI::results_t& results) {
@@ -31,7 +33,7 @@ Spellings add(CLI::App& app, const std::string& names, int max_values, const App
       return true;
     };
     out.push_back(app.add_option(name, CLI::callback_t(callback))
-                      ->expected(0, max_values)
+                      ->expected(min_values, max_values)
                       ->default_str(kNoValue)
                       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
                       ->trigger_on_parse());
@@ -41,18 +43,20 @@ Spellings add(CLI::App& app, const std::string& names, int max_values, const App
 
 }  // namespace
 
-Spellings add_value(CLI::App& app, const std::string& names, Apply apply) {
-  return add(app, names, 1, apply);
+Spellings add_value(CLI::App& app, const std::string& names, Apply apply, Next next) {
+  return add(app, names, next == Next::kAnything ? 1 : 0, 1, apply);
 }
 
 Spellings add_switch(CLI::App& app, const std::string& names, Apply apply) {
-  return add(app, names, 0, apply);
+  return add(app, names, 0, 0, apply);
 }
 
 void add_positionals(CLI::App& app, const std::string& name,
                      std::function<void(const std::string&)> apply, bool rest) {
   auto callback = [apply = std::move(apply)](const CLI::results_t& results) {
-    for (const std::string& arg : results) apply(typed(arg));
+    for (const std::string& arg : results) {
+      if (arg != kNoValue) apply(typed(arg));
+    }
     return true;
   };
   CLI::Option* option = app.add_option(name, CLI::callback_t(callback));
@@ -66,7 +70,9 @@ void add_positionals(CLI::App& app, const std::string& name,
 
 Parsed parse(CLI::App& app, int argc, const char* const* argv,
              const std::function<std::string(const std::string&)>& unrecognized) {
-  std::vector<std::string> args;  // last first, as CLI11 takes them
+  // Last first, as CLI11 takes them, after kNoValue: the value of a flag that takes
+  // anything and comes last (CLI11 would throw), else left over and dropped.
+  std::vector<std::string> args = {kNoValue};
   for (int i = argc - 1; i > 0; --i) {
     std::string arg = argv[i];
     if (arg.starts_with("--") && arg.find('=') == arg.size() - 1) arg += kEmpty;
@@ -77,7 +83,8 @@ Parsed parse(CLI::App& app, int argc, const char* const* argv,
     app.parse(args);
   } catch (const CLI::CallForHelp&) {
     out.help = true;
-  } catch (const CLI::ParseError& e) {  // ExtrasError: reported below
+  } catch (const CLI::ExtrasError&) {  // reported below
+  } catch (const CLI::ParseError& e) {
     out.error = e.what();
   } catch (const UsageError& e) {
     out.error = e.what();
@@ -85,7 +92,7 @@ Parsed parse(CLI::App& app, int argc, const char* const* argv,
   // CLI11 sets aside what it does not recognize and goes on; these were met before
   // whatever ended the parse.
   for (const std::string& arg : app.remaining()) {
-    if (arg != "--") return {false, unrecognized(typed(arg))};
+    if (arg != "--" && arg != kNoValue) return {false, unrecognized(typed(arg))};
   }
   return out;
 }

@@ -37,10 +37,16 @@ using Spellings = std::vector<CLI::Option*>;
 // none. May throw UsageError, or anything else the caller of parse() catches.
 using Apply = std::function<void(const std::string& typed, const std::optional<std::string>&)>;
 
-// A flag taking one value (`names` as CLI11 spells them: "-b,--minbytes"). Its value is the
-// next argument unless that looks like a flag (a negative number does not); "--name=" gives
-// "" and "-bVALUE" gives VALUE.
-Spellings add_value(CLI::App& app, const std::string& names, Apply apply);
+// Where a flag's value may come from when it is not joined to it ("--name=VALUE",
+// "-bVALUE"): the next argument whatever it is (kAnything), or only one that does not look
+// like a flag (kNotAFlag, argparse's rule, which torchrun follows: "-x", "--y" and "--" leave
+// the flag without a value; a negative number does not).
+enum class Next { kAnything, kNotAFlag };
+
+// A flag taking one value (`names` as CLI11 spells them: "-b,--minbytes"). "--name=" gives
+// the value "".
+Spellings add_value(CLI::App& app, const std::string& names, Apply apply,
+                    Next next = Next::kAnything);
 
 // A flag without a value; apply() gets the value of a "--name=VALUE" form, else nullopt.
 Spellings add_switch(CLI::App& app, const std::string& names, Apply apply);

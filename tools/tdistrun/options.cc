@@ -104,8 +104,9 @@ Scan scan(int argc, const char* const* argv) {
     auto note = [&out, &app, &f](const std::string& typed, const std::optional<std::string>& v) {
       out.note(f, typed, v, app.remaining_size());
     };
-    cli::Spellings spellings = f.kind == Kind::kValue ? cli::add_value(app, names, note)
-                                                      : cli::add_switch(app, names, note);
+    cli::Spellings spellings = f.kind == Kind::kValue
+                                   ? cli::add_value(app, names, note, cli::Next::kNotAFlag)
+                                   : cli::add_switch(app, names, note);
     if (f.pet) pet.emplace_back(&f, std::move(spellings));
   }
   cli::add_positionals(
