@@ -24,6 +24,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cli/cli.h"
@@ -147,36 +148,28 @@ RunResult run_once(const Options& opts) {
   return result;
 }
 
-// The command line into `opts`; -1 to run, else the exit status.
+// The command line into `opts` (CLI11's typed options and help); -1 to run, else the exit
+// status.
 int parse(int argc, char** argv, Options& opts) {
-  namespace cli = tdist::cli;
   const std::string usage =
       std::string("usage: ") + argv[0] + " [--clients N] [--procs P] [--repeat R]\n";
-  CLI::App app;
-  for (auto [name, field] :
-       {std::pair{"--clients", &opts.clients}, std::pair{"--procs", &opts.procs},
-        std::pair{"--repeat", &opts.repeat}}) {
-    cli::add_value(app, name, [field](const std::string& typed, const auto& value) {
-      char* end = nullptr;
-      const long n = value ? std::strtol(value->c_str(), &end, 10) : 0;
-      if (!value || end == value->c_str() || *end != '\0' || n < 1 || n > 1 << 20) {
-        throw cli::UsageError(typed + " expects a number in [1, 1048576]" +
-                              (value ? ", not '" + *value + "'" : ""));
-      }
-      *field = static_cast<int>(n);
-    });
+  CLI::App app{"N TCPStore clients meeting at a barrier; prints the wall time.", argv[0]};
+  for (auto [name, field, what] :
+       {std::tuple{"--clients", &opts.clients, "store clients (connections) in all"},
+        std::tuple{"--procs", &opts.procs, "processes that open them"},
+        std::tuple{"--repeat", &opts.repeat, "barriers; the best one is reported"}}) {
+    app.add_option(name, *field, what)
+        ->check(CLI::Range(1, 1 << 20).description(""))
+        ->type_name("N")
+        ->capture_default_str();
   }
-  bool unknown = false;
-  const cli::Parsed parsed = cli::parse(app, argc, argv, [&unknown](const std::string& arg) {
-    unknown = true;
-    return "unknown flag '" + arg + "'";
-  });
-  if (unknown) {  // the usage line alone, as ever
-    std::fputs(usage.c_str(), stderr);
-    return 2;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    return tdist::cli::print_help(stdout, app.help());
+  } catch (const CLI::ParseError& e) {
+    return tdist::cli::usage_error("store_scale_bench", e.what(), usage);
   }
-  if (!parsed.error.empty()) return cli::usage_error("store_scale_bench", parsed.error, usage);
-  if (parsed.help) return cli::print_help(stdout, usage);
   return -1;
 }
 

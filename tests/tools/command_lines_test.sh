@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The tools' command lines (tools/cli): tdistrun's and tdist-bench's --help byte for byte
-# against golden/, the one-line usage of tdist-status and store_scale_bench, and for bad
+# against golden/, tdist-status' one-line usage, store_scale_bench's CLI11 help, and for bad
 # input each program's exit status and first line on stderr. Nothing here starts a worker
 # or a rank: every case fails or stops before that.
 # Usage: bash command_lines_test.sh TDISTRUN TDIST_BENCH TDIST_STATUS STORE_SCALE_BENCH
@@ -120,12 +120,14 @@ expect 2 "tdist-status: give HOST:PORT or --job, not both" tdist-status "$status
 expect 2 "tdist-status: unexpected argument '--foo'" tdist-status "$status" --foo --wait x
 expect 2 "tdist-status: unexpected argument 'b:2'" tdist-status "$status" a:1 b:2
 
-# store_scale_bench: an unknown flag prints the usage line alone.
-echo "usage: store_scale_bench [--clients N] [--procs P] [--repeat R]" >"$tmp/scale_usage"
-expect_help store_scale_bench "$scale" out "$tmp/scale_usage" --help
-expect 2 "usage: store_scale_bench [--clients N] [--procs P] [--repeat R]" \
-  store_scale_bench "$scale" --foo 1
-expect 2 "store_scale_bench: --clients expects a number in [1, 1048576], not '0'" \
+# store_scale_bench: CLI11's typed options, messages and help.
+run store_scale_bench "$scale" --help
+if [[ $(cat "$tmp/status") != 0 ]] || ! grep -q -- "--clients N=4096 " "$tmp/out"; then
+  fail "store_scale_bench --help: $(cat "$tmp/out" "$tmp/err")"
+fi
+expect 2 "store_scale_bench: The following argument was not expected: --foo" \
+  store_scale_bench "$scale" --clients 8 --foo
+expect 2 "store_scale_bench: --clients: Value 0 not in range 1 to 1048576" \
   store_scale_bench "$scale" --clients=0
 
 if ((failures)); then
