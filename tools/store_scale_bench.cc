@@ -9,7 +9,7 @@
 //   store_scale_bench [--clients N] [--procs P] [--repeat R]     (4096, 8 and 3 by default)
 //
 // Raises RLIMIT_NOFILE as far as it can (the hard limit too when run as root). Exits 1
-// when a client fails or a child does not finish within 120 s.
+// when a client fails or a child does not finish within 120 s, 2 on a bad command line.
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
