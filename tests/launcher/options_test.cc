@@ -291,6 +291,13 @@ TEST(LauncherOptions, ProgramArgumentsStayAsTyped) {
   EXPECT_EQ(o.program, "--x=");
   EXPECT_EQ(o.program_args, Args{"[a]"});
   EXPECT_EQ(options({"--rdzv-endpoint", "h:5", "--max-restarts=1", "p"}).max_restarts, 1);
+  // "--" after a flag's value still ends the flags (CLI11 would take it as ending the value).
+  o = options({"--nnodes", "1", "--", "--weird-name", "-x"});
+  EXPECT_EQ(o.program, "--weird-name");
+  EXPECT_EQ(o.program_args, Args{"-x"});
+  o = options({"-r", "1", "--", "-", "--"});
+  EXPECT_EQ(o.program, "-");
+  EXPECT_EQ(o.program_args, Args{"--"});
 }
 
 TEST(LauncherOptions, FirstHelpOrFirstErrorWins) {
@@ -301,6 +308,15 @@ TEST(LauncherOptions, FirstHelpOrFirstErrorWins) {
   EXPECT_EQ(parse({"-h", "--version"}).action, Action::kHelp);
   EXPECT_EQ(parse({"--version", "--help-env"}).action, Action::kVersion);
   EXPECT_EQ(parse({"--help=1"}).action, Action::kHelp);
+  EXPECT_EQ(parse({"-1", "---", "--version"}).action, Action::kVersion);
+  EXPECT_EQ(usage_error([] {
+              parse({"--nproc-per-node", "2", "-1", "prog"});
+            }),
+            "tdistrun: unrecognized option '-1' (see tdistrun --help)");
+  EXPECT_EQ(usage_error([] {
+              parse({"---", "prog"});
+            }),
+            "tdistrun: unrecognized option '---' (see tdistrun --help)");
   // Errors: the first in argv order.
   EXPECT_EQ(usage_error([] {
               parse({"--foo", "--log-dir"});

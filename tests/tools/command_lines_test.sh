@@ -71,6 +71,8 @@ run tdistrun "$tdistrun" --version
 expect 2 "tdistrun: unrecognized option '--foo' (see tdistrun --help)" tdistrun "$tdistrun" --foo=1 p
 expect 2 "tdistrun: missing PROGRAM (see tdistrun --help)" tdistrun "$tdistrun"
 expect 2 "tdistrun: missing PROGRAM (see tdistrun --help)" tdistrun "$tdistrun" --nproc_per_node 2 --
+expect 2 "tdistrun: program '--tdist-no-such-program' not found on PATH" \
+  tdistrun "$tdistrun" --nnodes 1 -- --tdist-no-such-program
 expect 2 "tdistrun: --nnodes '3:2': MIN must be <= MAX" tdistrun "$tdistrun" --nnodes=3:2 p
 expect 2 "tdistrun: --nproc_per_node '0': expected a positive number, auto or cpu" \
   tdistrun "$tdistrun" --nproc_per_node 0 p
@@ -89,6 +91,7 @@ expect_help tdist-bench "$bench" out "$golden/tdist_bench_help.txt" --help
 expect_help tdist-bench "$bench" out "$golden/tdist_bench_help.txt" -b 1M -e 1K -h
 expect 2 "tdist-bench: unknown flag '--foo'" tdist-bench "$bench" --help --foo
 expect 2 "tdist-bench: unexpected argument 'foo'" tdist-bench "$bench" foo
+expect 2 "tdist-bench: unknown flag '--'" tdist-bench "$bench" -n 2 -- -b 8
 expect 2 "tdist-bench: flag '--help=1' takes no value" tdist-bench "$bench" --help=1
 expect 2 "tdist-bench: flag '-b' needs a value" tdist-bench "$bench" -b
 expect 2 "tdist-bench: --minbytes: expected a size such as 8, 1K, 64M or 1G, got '-e'" \
@@ -119,6 +122,7 @@ expect 2 "tdist-status: --job needs tdistrun's pid, not '--wait'" \
 expect 2 "tdist-status: give HOST:PORT or --job, not both" tdist-status "$status" h:1 --job 5
 expect 2 "tdist-status: unexpected argument '--foo'" tdist-status "$status" --foo --wait x
 expect 2 "tdist-status: unexpected argument 'b:2'" tdist-status "$status" a:1 b:2
+expect 2 "tdist-status: unexpected argument '--'" tdist-status "$status" -- h:1
 
 # store_scale_bench: CLI11's typed options, messages and help.
 run store_scale_bench "$scale" --help

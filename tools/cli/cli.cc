@@ -89,10 +89,10 @@ Parsed parse(CLI::App& app, int argc, const char* const* argv,
   } catch (const UsageError& e) {
     out.error = e.what();
   }
-  // CLI11 sets aside what it does not recognize and goes on; these were met before
-  // whatever ended the parse.
+  // CLI11 sets aside what it does not recognize (a "--" too) and goes on; these were met
+  // before whatever ended the parse.
   for (const std::string& arg : app.remaining()) {
-    if (arg != "--" && arg != kNoValue) return {false, unrecognized(typed(arg))};
+    if (arg != kNoValue) return {false, unrecognized(typed(arg))};
   }
   return out;
 }

@@ -111,15 +111,36 @@ Scan scan(int argc, const char* const* argv) {
   }
   cli::add_positionals(
       app, "PROGRAM", [&](const std::string& a) { out.program.push_back(a); }, true);
-  const cli::Parsed parsed = cli::parse(app, argc, argv, [](const std::string& arg) {
+  auto unrecognized = [](const std::string& arg) {
     const std::string typed =
         arg.starts_with("--") ? arg.substr(0, arg.find('=')) : arg.substr(0, 2);
     return "unrecognized option '" + typed + "' (see tdistrun --help)";
-  });
+  };
+  // The first "--" ends the flags: CLI11 sees what comes before it (it would take a "--"
+  // right after a flag's value as ending that value), PROGRAM and its arguments the rest.
+  const auto dashes = std::find(argv + 1, argv + argc, std::string_view("--")) - argv;
+  const cli::Parsed parsed = cli::parse(app, static_cast<int>(dashes), argv, unrecognized);
+  // CLI11 takes "-1", "---" or "-=" for PROGRAM: an option tdistrun does not know, after
+  // which the scan goes on (where a --help still wins).
+  const bool bad_program =
+      !out.program.empty() && out.program[0].size() > 1 && out.program[0][0] == '-';
+  if (dashes < argc) {
+    out.program.insert(out.program.end(), argv + dashes + (out.program.empty() ? 1 : 0),
+                       argv + argc);
+  }
+  if (bad_program) {
+    std::vector<const char*> rest = {argv[0]};
+    for (size_t i = 1; i < out.program.size(); ++i) rest.push_back(out.program[i].c_str());
+    try {
+      scan(static_cast<int>(rest.size()), rest.data());
+    } catch (const UsageError&) {  // reported below, after the first error
+    }
+  }
   if (!out.problem.empty() && (parsed.error.empty() || out.unknowns_before == 0)) {
     usage(out.problem);
   }
   if (!parsed.error.empty()) usage(parsed.error);
+  if (bad_program) usage(unrecognized(out.program[0]));
   for (const auto& [f, spellings] : pet) {
     const std::string name = pet_name(f->name);
     if (auto text = cli::env_fallback(spellings, name)) out.values[f->name] = {*text, name};
