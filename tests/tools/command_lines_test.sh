@@ -123,6 +123,7 @@ expect 2 "tdist-status: give HOST:PORT or --job, not both" tdist-status "$status
 expect 2 "tdist-status: unexpected argument '--foo'" tdist-status "$status" --foo --wait x
 expect 2 "tdist-status: unexpected argument 'b:2'" tdist-status "$status" a:1 b:2
 expect 2 "tdist-status: unexpected argument '--'" tdist-status "$status" -- h:1
+expect 2 "tdist-status: unexpected argument '-1'" tdist-status "$status" -1 --foo
 
 # store_scale_bench: CLI11's typed options, messages and help.
 run store_scale_bench "$scale" --help

@@ -65,6 +65,9 @@ void add_positionals(CLI::App& app, const std::string& name,
     option->expected(1 << 20)->allow_extra_args(false);
     option->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
     app.positionals_at_end();
+  } else {  // "-" or "-1" is no positional but an unrecognized argument
+    option->check([](const std::string& arg) { return arg.starts_with('-') ? "a flag" : ""; });
+    app.validate_positionals();
   }
 }
 
