@@ -53,11 +53,10 @@ Spellings add_switch(CLI::App& app, const std::string& names, Apply apply);
 
 // The positional arguments, each given to apply() as typed, in order, after every flag's
 // callback. With `rest`, the first one ends the flags: it and everything after it are
-// positional, whatever they look like (tdistrun's PROGRAM [ARGS...]); else there is at
-// most one, and a second, or one that looks like a flag ("-", "-1"), is an unrecognized
-// argument. A "--" is an unrecognized argument
-// too: a caller whose "--" ends the flags gives parse() only what comes before it (CLI11
-// 2.1 would take a "--" right after a kNotAFlag flag's value as ending that value).
+// positional, whatever they look like (tdistrun's PROGRAM [ARGS...]). Else there is at
+// most one; a second, one that looks like a flag ("-", "-1") and a "--" are unrecognized
+// arguments. A caller whose "--" ends the flags passes parse() only what comes before it:
+// CLI11 2.1 takes a "--" right after a kNotAFlag flag's value as the end of that value.
 void add_positionals(CLI::App& app, const std::string& name,
                      std::function<void(const std::string&)> apply, bool rest);
 
