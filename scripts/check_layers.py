@@ -7,7 +7,8 @@ The rules that matter most:
   - collectives include nothing above transport (algorithms never see a backend);
   - no backend includes another backend (backends/builtin.* lists them all; cuda_ipc is a
     comm group with a CUDA device, so it builds on backends/comm);
-  - the launcher and tools include only public headers, diag/ and net/ (sockets);
+  - the launcher and tools include only public headers, diag/, net/ (sockets) and cli/
+    (tools/cli: what the command-line programs share around CLI11);
   - the environment is read only through the settings registry: no getenv() outside
     src/core/settings.cc, and no header reads a setting (settings are resolved where a
     process, group or server is made and passed down, never in a default member
@@ -39,7 +40,7 @@ ALLOWED = {
                                      "backends/comm"],
     "src/torch": BASE + ["diag"],
     "src/python": BASE + ["diag"],
-    "tools": ["diag", "net"],
+    "tools": ["diag", "net", "cli"],
 }
 # Folders whose own subfolders are separate layers (a file may not include a sibling's).
 OWN_IS_SUBFOLDER = {"src/backends"}

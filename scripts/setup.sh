@@ -12,6 +12,7 @@ set -euo pipefail
 # python3-pytest: the Python package built and tested against Debian's torch 1.13.
 # nlohmann-json3-dev: every JSON tdist writes or reads (flight records, timelines, error files,
 # the status reply, tdistrun's failure records); header-only, needed to build only.
+# libcli11-dev: the command lines of tdistrun, tdist-bench, tdist-status and the benchmarks.
 # libclang-rt-14-dev: clang's sanitizer and libFuzzer runtimes (TDIST_FUZZ; only recommended).
 # openssl: certificates for the multi-host TLS scenarios.
 # ccache: the build trees share what they compile alike (scripts/build.sh uses it when present).
@@ -21,7 +22,7 @@ set -euo pipefail
 packages=(build-essential cmake pkg-config clang libgtest-dev libgmock-dev libbenchmark-dev
           libssl-dev iproute2 python3-torch zlib1g-dev libtorch-dev libopenblas0-pthread
           dataset-fashion-mnist libopenmpi-dev openmpi-bin pybind11-dev python3-pytest
-          nlohmann-json3-dev libclang-rt-14-dev ccache openssl lld ninja-build
+          nlohmann-json3-dev libcli11-dev libclang-rt-14-dev ccache openssl lld ninja-build
           python3-pytest-xdist)
 
 missing=()

@@ -12,12 +12,14 @@
 // finished and, while it waits in a collective, the ranks that have not called it.
 // Exit status: 0 when every rank answered, 1 when some did not, 2 on bad input or when no
 // job is found at HOST:PORT.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "cli/cli.h"
 #include "diag/job_record.h"
 #include "diag/status.h"
 #include "net/address.h"
@@ -30,11 +32,9 @@ namespace {
 using tdist::diag::GroupStatus;
 using tdist::diag::RankStatus;
 
-int usage(const std::string& why) {
-  if (!why.empty()) std::cerr << "tdist-status: " << why << "\n";
-  std::cerr << "usage: tdist-status [HOST:PORT | --job PID] [--wait SECONDS]\n";
-  return 2;
-}
+const char* const kUsage = "usage: tdist-status [HOST:PORT | --job PID] [--wait SECONDS]\n";
+
+int usage(const std::string& why) { return tdist::cli::usage_error("tdist-status", why, kUsage); }
 
 // Which job to ask: HOST:PORT as given, else a tdistrun's record (by `pid`, or the only one
 // running); takes the record's token when the environment gives none. Empty, with the
@@ -106,35 +106,35 @@ void print_rank(int rank, const RankStatus* status, const std::map<int, RankStat
 }  // namespace
 
 int main(int argc, char** argv) {
+  namespace cli = tdist::cli;
   std::string endpoint;
   double wait_s = 2.0;
   long pid = 0;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "-h" || arg == "--help") {
-      usage("");
-      return 0;
+  CLI::App app;
+  app.set_help_flag();  // as a switch that stops the parse: what follows it does not count
+  cli::add_switch(app, "-h,--help", [](const auto&, const auto&) { throw CLI::CallForHelp(); });
+  cli::add_value(app, "--wait", [&wait_s](const auto&, const auto& value) {
+    if (!value) throw cli::UsageError("--wait needs a number of seconds");
+    char* end = nullptr;
+    wait_s = std::strtod(value->c_str(), &end);
+    if (end == value->c_str() || *end != '\0' || !(wait_s > 0 && wait_s <= 3600)) {
+      throw cli::UsageError("--wait must be seconds in (0, 3600], not '" + *value + "'");
     }
-    if (arg == "--wait") {
-      if (i + 1 >= argc) return usage("--wait needs a number of seconds");
-      char* end = nullptr;
-      wait_s = std::strtod(argv[++i], &end);
-      if (end == argv[i] || *end != '\0' || !(wait_s > 0 && wait_s <= 3600)) {
-        return usage(std::string("--wait must be seconds in (0, 3600], not '") + argv[i] + "'");
-      }
-    } else if (arg == "--job") {
-      if (i + 1 >= argc) return usage("--job needs tdistrun's pid");
-      char* end = nullptr;
-      pid = std::strtol(argv[++i], &end, 10);
-      if (end == argv[i] || *end != '\0' || pid <= 0) {
-        return usage(std::string("--job needs tdistrun's pid, not '") + argv[i] + "'");
-      }
-    } else if (endpoint.empty() && !arg.starts_with("-")) {
-      endpoint = arg;
-    } else {
-      return usage("unexpected argument '" + arg + "'");
+  });
+  cli::add_value(app, "--job", [&pid](const auto&, const auto& value) {
+    if (!value) throw cli::UsageError("--job needs tdistrun's pid");
+    char* end = nullptr;
+    pid = std::strtol(value->c_str(), &end, 10);
+    if (end == value->c_str() || *end != '\0' || pid <= 0) {
+      throw cli::UsageError("--job needs tdistrun's pid, not '" + *value + "'");
     }
-  }
+  });
+  cli::add_positionals(
+      app, "endpoint", [&](const std::string& arg) { endpoint = arg; }, false);
+  const cli::Parsed parsed = cli::parse(
+      app, argc, argv, [](const std::string& arg) { return "unexpected argument '" + arg + "'"; });
+  if (!parsed.error.empty()) return usage(parsed.error);
+  if (parsed.help) return cli::print_help(stderr, kUsage);
   if (!endpoint.empty() && pid != 0) return usage("give HOST:PORT or --job, not both");
   try {
     endpoint = choose_job(endpoint, pid);

@@ -280,6 +280,75 @@ TEST(LauncherOptions, HelpVersionAnywhereBeforeProgram) {
   EXPECT_EQ(r.options.program_args, Args{"--help"});
 }
 
+TEST(LauncherOptions, ProgramArgumentsStayAsTyped) {
+  ScopedEnv env;
+  // CLI11 would split "[1,2]" into a list's items and read "--x=" as "--x"; a worker gets
+  // its arguments as typed.
+  Options o = options({"prog", "[1,2]", "{}", "", "--x=", "-r=2", "--", "-h"});
+  EXPECT_EQ(o.program_args, (Args{"[1,2]", "{}", "", "--x=", "-r=2", "--", "-h"}));
+  o = options({"--nproc_per_node=2", "--", "--x=", "[a]"});
+  EXPECT_EQ(o.nproc_per_node, 2);
+  EXPECT_EQ(o.program, "--x=");
+  EXPECT_EQ(o.program_args, Args{"[a]"});
+  EXPECT_EQ(options({"--rdzv-endpoint", "h:5", "--max-restarts=1", "p"}).max_restarts, 1);
+  // "--" after a flag's value still ends the flags (CLI11 would take it as ending the value).
+  o = options({"--nnodes", "1", "--", "--weird-name", "-x"});
+  EXPECT_EQ(o.program, "--weird-name");
+  EXPECT_EQ(o.program_args, Args{"-x"});
+  o = options({"-r", "1", "--", "-", "--"});
+  EXPECT_EQ(o.program, "-");
+  EXPECT_EQ(o.program_args, Args{"--"});
+}
+
+TEST(LauncherOptions, FirstHelpOrFirstErrorWins) {
+  ScopedEnv env;
+  // Help, help-env and version: the first one, even after a flag that lacks its value.
+  EXPECT_EQ(parse({"--log-dir", "--help"}).action, Action::kHelp);
+  EXPECT_EQ(parse({"--standalone=1", "-h", "prog"}).action, Action::kHelp);
+  EXPECT_EQ(parse({"-h", "--version"}).action, Action::kHelp);
+  EXPECT_EQ(parse({"--version", "--help-env"}).action, Action::kVersion);
+  EXPECT_EQ(parse({"--help=1"}).action, Action::kHelp);
+  EXPECT_EQ(parse({"-1", "---", "--version"}).action, Action::kVersion);
+  EXPECT_EQ(usage_error([] {
+              parse({"--nproc-per-node", "2", "-1", "prog"});
+            }),
+            "tdistrun: unrecognized option '-1' (see tdistrun --help)");
+  EXPECT_EQ(usage_error([] {
+              parse({"---", "prog"});
+            }),
+            "tdistrun: unrecognized option '---' (see tdistrun --help)");
+  // Errors: the first in argv order.
+  EXPECT_EQ(usage_error([] {
+              parse({"--foo", "--log-dir"});
+            }),
+            "tdistrun: unrecognized option '--foo' (see tdistrun --help)");
+  EXPECT_EQ(usage_error([] {
+              parse({"--log-dir", "--foo", "prog"});
+            }),
+            "tdistrun: --log-dir expects a value (DIR)");
+  EXPECT_EQ(usage_error([] {
+              parse({"--standalone=", "-x", "prog"});
+            }),
+            "tdistrun: --standalone takes no value");
+  EXPECT_EQ(usage_error([] {
+              parse({"-xy", "--standalone=1", "prog"});
+            }),
+            "tdistrun: unrecognized option '-x' (see tdistrun --help)");
+  EXPECT_EQ(usage_error([] {
+              parse({"--log-dir", "--", "prog"});
+            }),
+            "tdistrun: --log-dir expects a value (DIR)");
+  EXPECT_EQ(usage_error([] {
+              parse({"-r=", "prog"});
+            }),
+            "tdistrun: -r '': expected 0-3 (0 none, 1 stdout, 2 stderr, 3 both) or "
+            "LOCAL_RANK:0-3,... as in 0:1,1:2");
+  EXPECT_EQ(usage_error([] {
+              parse({"--nproc-per-node=", "prog"});
+            }),
+            "tdistrun: --nproc-per-node '': expected a positive number, auto or cpu");
+}
+
 TEST(LauncherOptions, CommandLineErrorsAreOneLine) {
   ScopedEnv env;
   EXPECT_EQ(usage_error([] {

@@ -12,6 +12,7 @@
 #include <exception>
 #include <string>
 
+#include "cli/cli.h"
 #include "tdist/backend.h"
 #include "tdist/reduce_op.h"
 #include "tdist/settings.h"
@@ -52,15 +53,10 @@ int main(int argc, char** argv) {
   const std::string program = argc > 0 ? argv[0] : "tdist-bench";
   if (parsed.error.empty()) parsed.error = unsupported_combination(parsed.options);
   if (!parsed.error.empty()) {
-    std::fprintf(stderr, "tdist-bench: %s\n%s", parsed.error.c_str(),
-                 tdist_bench::usage(program).c_str());
-    return 2;
+    return tdist::cli::usage_error("tdist-bench", parsed.error, tdist_bench::usage(program));
   }
   const Options& options = parsed.options;
-  if (options.help) {
-    std::fputs(tdist_bench::usage(program).c_str(), stdout);
-    return 0;
-  }
+  if (options.help) return tdist::cli::print_help(stdout, tdist_bench::usage(program));
   try {
     if (options.nproc > 0) return tdist_bench::spawn_local(argc, argv, options);
     return tdist_bench::run_rank(options);

@@ -1,14 +1,19 @@
 // tdist-bench options: parsing and checking the command line (see options.h).
 #include "tdist_bench/options.h"
 
+#include <CLI/CLI.hpp>
 #include <cctype>
 #include <charconv>
+#include <functional>
 #include <limits>
 #include <sstream>
-#include <type_traits>
+
+#include "cli/cli.h"
 
 namespace tdist_bench {
 namespace {
+
+namespace cli = tdist::cli;
 
 struct NameOf {
   Coll coll;
@@ -36,108 +41,107 @@ std::optional<int64_t> parse_int(std::string_view text) {
   return value;
 }
 
-// One flag of the table: short and long spelling, and whether it takes a value.
-struct Flag {
-  char short_name;  // 0: long only
-  std::string_view long_name;
-  bool takes_value;
-};
+// What a flag's value does: it sets the flag's field and returns "", or returns what was
+// expected instead ("expected a file name"). declare() gives each its CLI11 spellings.
+using Apply = std::function<std::string(std::string_view)>;
 
-constexpr Flag kFlags[] = {
-    {'b', "minbytes", true},  {'e', "maxbytes", true}, {'f', "stepfactor", true},
-    {'i', "stepbytes", true}, {'n', "iters", true},    {'w', "warmup_iters", true},
-    {'c', "check", true},     {'d', "datatype", true}, {'o', "op", true},
-    {'r', "root", true},      {0, "coll", true},       {0, "backend", true},
-    {0, "nproc", true},       {0, "bind", true},       {0, "timeout", true},
-    {0, "inplace", true},     {0, "csv", true},        {'h', "help", false},
-};
-
-// Applies one flag's value to `o`; returns an error message or "".
-std::string apply(const Flag& flag, std::string_view value, Options& o) {
-  auto bad = [&](std::string_view what) {
-    return "--" + std::string(flag.long_name) + ": " + std::string(what) + ", got '" +
-           std::string(value) + "'";
-  };
-  auto int_in = [&](int64_t lo, int64_t hi, auto& out) -> std::string {
+template <typename T>
+Apply int_in(int64_t lo, int64_t hi, T& out) {
+  return [lo, hi, &out](std::string_view value) -> std::string {
     auto v = parse_int(value);
     if (!v || *v < lo || *v > hi) {
-      return bad("expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+      return "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
     }
-    out = static_cast<std::remove_reference_t<decltype(out)>>(*v);
+    out = static_cast<T>(*v);
     return "";
   };
-  const std::string_view n = flag.long_name;
-  if (n == "minbytes" || n == "maxbytes" || n == "stepbytes") {
+}
+
+Apply size_in(size_t& out, bool nonzero = false) {
+  return [&out, nonzero](std::string_view value) -> std::string {
     auto size = parse_size(value);
-    if (!size) return bad("expected a size such as 8, 1K, 64M or 1G");
-    if (n == "minbytes") o.min_bytes = *size;
-    if (n == "maxbytes") o.max_bytes = *size;
-    if (n == "stepbytes") {
-      if (*size == 0) return bad("the step must be at least 1 byte");
-      o.step_bytes = *size;
-    }
+    if (!size) return "expected a size such as 8, 1K, 64M or 1G";
+    if (nonzero && *size == 0) return "the step must be at least 1 byte";
+    out = *size;
     return "";
-  }
-  if (n == "stepfactor") {
-    o.step_bytes = 0;  // the last of -f / -i wins
-    return int_in(2, 1 << 20, o.step_factor);
-  }
-  if (n == "iters") return int_in(1, 1'000'000'000, o.iters);
-  if (n == "warmup_iters") return int_in(0, 1'000'000'000, o.warmup_iters);
-  if (n == "check" || n == "inplace") {
+  };
+}
+
+Apply switch_in(bool& out) {
+  return [&out](std::string_view value) {
     int v = 0;
-    std::string err = int_in(0, 1, v);
-    (n == "check" ? o.check : o.in_place) = v != 0;
+    std::string err = int_in(0, 1, v)(value);
+    out = v != 0;
     return err;
-  }
-  if (n == "root") return int_in(0, 1 << 24, o.root);
-  if (n == "nproc") return int_in(1, 1024, o.nproc);
-  if (n == "bind") {
-    if (value != "core" && value != "none")
-      return "--bind must be core or none, not '" + std::string(value) + "'";
-    o.bind = value == "core";
-    return {};
-  }
-  if (n == "timeout") {
-    int seconds = 0;
-    std::string err = int_in(1, 86'400 * 7, seconds);
-    o.timeout = std::chrono::seconds(seconds);
-    return err;
-  }
-  if (n == "datatype") {
-    auto d = tdist::parse_dtype(value);
-    if (!d)
-      return bad("unknown dtype (f32 float half f16 bfloat16 bf16 f64 double i8 u8 i32 i64 bool)");
+  };
+}
+
+// The flags taking a value, each failing with "--LONG: what was expected, got 'VALUE'".
+void declare(CLI::App& app, Options& o) {
+  auto flag = [&app](const std::string& names, Apply apply) {
+    const std::string name = names.substr(names.find("--"));
+    cli::add_value(app, names, [name, apply](const std::string& typed, const auto& value) {
+      if (!value) throw cli::UsageError("flag '" + typed + "' needs a value");
+      const std::string what = apply(*value);
+      if (!what.empty()) throw cli::UsageError(name + ": " + what + ", got '" + *value + "'");
+    });
+  };
+  flag("-b,--minbytes", size_in(o.min_bytes));
+  flag("-e,--maxbytes", size_in(o.max_bytes));
+  flag("-f,--stepfactor", [&o](std::string_view v) {
+    o.step_bytes = 0;  // the last of -f / -i wins
+    return int_in(2, 1 << 20, o.step_factor)(v);
+  });
+  flag("-i,--stepbytes", size_in(o.step_bytes, true));
+  flag("-n,--iters", int_in(1, 1'000'000'000, o.iters));
+  flag("-w,--warmup_iters", int_in(0, 1'000'000'000, o.warmup_iters));
+  flag("-c,--check", switch_in(o.check));
+  flag("-d,--datatype", [&o](std::string_view v) -> std::string {
+    auto d = tdist::parse_dtype(v);
+    if (!d) return "unknown dtype (f32 float half f16 bfloat16 bf16 f64 double i8 u8 i32 i64 bool)";
     o.dtype = *d;
     return "";
-  }
-  if (n == "op") {
-    auto op = tdist::parse_reduce_op(value);
-    if (!op) return bad("unknown op (sum prod min max avg band bor bxor premul_sum)");
+  });
+  flag("-o,--op", [&o](std::string_view v) -> std::string {
+    auto op = tdist::parse_reduce_op(v);
+    if (!op) return "unknown op (sum prod min max avg band bor bxor premul_sum)";
     o.op = *op;
     return "";
-  }
-  if (n == "coll") {
-    if (value == "all") {
+  });
+  flag("-r,--root", int_in(0, 1 << 24, o.root));
+  flag("--coll", [&o](std::string_view v) -> std::string {
+    if (v == "all") {
       o.colls.assign(std::begin(kAllColls), std::end(kAllColls));
-      return "";
+    } else if (auto c = parse_coll(v)) {
+      o.colls = {*c};
+    } else {
+      return "unknown collective (see --help)";
     }
-    auto c = parse_coll(value);
-    if (!c) return bad("unknown collective (see --help)");
-    o.colls = {*c};
     return "";
-  }
-  if (n == "csv") {
-    if (value.empty()) return bad("expected a file name");
-    o.csv_path = std::string(value);
+  });
+  flag("--backend", [&o](std::string_view v) {
+    o.backend = std::string(v);
+    return v.empty() ? "expected a backend name" : "";
+  });
+  flag("--nproc", int_in(1, 1024, o.nproc));
+  flag("--bind", [&o](std::string_view v) {
+    if (v != "core" && v != "none") {
+      throw cli::UsageError("--bind must be core or none, not '" + std::string(v) + "'");
+    }
+    o.bind = v == "core";
     return "";
-  }
-  if (n == "backend") {
-    if (value.empty()) return bad("expected a backend name");
-    o.backend = std::string(value);
-    return "";
-  }
-  return bad("unhandled flag");  // unreachable: every table entry is handled above
+  });
+  flag("--timeout", [&o](std::string_view v) {
+    int seconds = 0;
+    std::string err = int_in(1, 86'400 * 7, seconds)(v);
+    o.timeout = std::chrono::seconds(seconds);
+    return err;
+  });
+  flag("--inplace", switch_in(o.in_place));
+  flag("--csv", [&o](std::string_view v) {
+    o.csv_path = std::string(v);
+    return v.empty() ? "expected a file name" : "";
+  });
 }
 
 std::string check_consistency(const Options& o) {
@@ -212,52 +216,20 @@ std::optional<size_t> parse_size(std::string_view text) {
 
 ParseResult parse_options(int argc, const char* const* argv) {
   ParseResult result;
-  Options& o = result.options;
-  for (int i = 1; i < argc; ++i) {
-    std::string_view arg = argv[i];
-    const Flag* flag = nullptr;
-    std::optional<std::string_view> value;
-    if (arg.starts_with("--")) {
-      std::string_view name = arg.substr(2);
-      if (auto eq = name.find('='); eq != std::string_view::npos) {
-        value = name.substr(eq + 1);
-        name = name.substr(0, eq);
-      }
-      for (const auto& f : kFlags) {
-        if (f.long_name == name) flag = &f;
-      }
-    } else if (arg.size() >= 2 && arg[0] == '-' && arg[1] != '-') {
-      for (const auto& f : kFlags) {
-        if (f.short_name == arg[1]) flag = &f;
-      }
-      if (flag != nullptr && arg.size() > 2) value = arg.substr(2);
-    } else {
-      result.error = "unexpected argument '" + std::string(arg) + "'";
-      return result;
-    }
-    if (flag == nullptr) {
-      result.error = "unknown flag '" + std::string(arg) + "'";
-      return result;
-    }
-    if (!flag->takes_value) {
-      if (value) {
-        result.error = "flag '" + std::string(arg) + "' takes no value";
-        return result;
-      }
-      o.help = true;
-      continue;
-    }
-    if (!value) {
-      if (i + 1 >= argc) {
-        result.error = "flag '" + std::string(arg) + "' needs a value";
-        return result;
-      }
-      value = argv[++i];
-    }
-    result.error = apply(*flag, *value, o);
-    if (!result.error.empty()) return result;
-  }
-  if (!o.help) result.error = check_consistency(o);
+  CLI::App app;
+  app.set_help_flag();  // a plain switch: a bad flag anywhere wins over it
+  cli::add_switch(app, "-h,--help", [&result](const std::string& typed, const auto& value) {
+    if (value) throw cli::UsageError("flag '" + typed + "=" + *value + "' takes no value");
+    result.options.help = true;
+  });
+  declare(app, result.options);
+  const cli::Parsed parsed = cli::parse(app, argc, argv, [](const std::string& arg) {
+    return (arg.size() > 1 && arg[0] == '-' ? "unknown flag '" : "unexpected argument '") + arg +
+           "'";
+  });
+  result.error = parsed.error;
+  if (result.error.empty() && !result.options.help)
+    result.error = check_consistency(result.options);
   return result;
 }
 

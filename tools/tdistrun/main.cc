@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <string>
 
+#include "cli/cli.h"
 #include "tdist/error.h"
 #include "tdist/settings.h"
 #include "tdistrun/agent.h"
@@ -41,14 +42,11 @@ int main(int argc, char** argv) {
     const ParseResult parsed = parse_args(argc, argv);
     switch (parsed.action) {
       case Action::kHelp:
-        print(stdout, help_text());
-        return 0;
+        return tdist::cli::print_help(stdout, help_text());
       case Action::kHelpEnv:
-        print(stdout, help_env_text());
-        return 0;
+        return tdist::cli::print_help(stdout, help_env_text());
       case Action::kVersion:
-        print(stdout, "tdistrun (tdist) " TDIST_VERSION "\n");
-        return 0;
+        return tdist::cli::print_help(stdout, "tdistrun (tdist) " TDIST_VERSION "\n");
       case Action::kRun:
         break;
     }

@@ -1,10 +1,12 @@
-// tdistrun's command line (options.h): one table of flags drives the scan of argv, the
-// PET_ environment defaults and --help; values are then checked and turned into Options.
+// tdistrun's command line (options.h): one table of flags declares CLI11's options (which
+// split argv), the PET_ environment defaults and --help; values are then checked and
+// turned into Options.
 #include "tdistrun/options.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -17,6 +19,7 @@
 #include <string_view>
 #include <system_error>
 
+#include "cli/cli.h"
 #include "tdist/settings.h"
 #include "tdistrun/option_flags.h"
 
@@ -43,97 +46,106 @@ const Value* lookup(const Values& values, std::string_view name) {
   usage(v.source + " '" + v.text + "': " + std::string(expected));
 }
 
-const Flag* find_long(std::string_view name) {
-  std::string canonical(name);
-  std::replace(canonical.begin(), canonical.end(), '_', '-');
-  for (const Flag& f : kFlags) {
-    if (f.name == canonical) return &f;
-  }
-  return nullptr;
-}
-
-const Flag* find_short(char c) {
-  for (const Flag& f : kFlags) {
-    if (f.short_name == c) return &f;
-  }
-  return nullptr;
-}
-
 std::string pet_name(std::string_view flag) {
   std::string out = "PET_";
   for (char c : flag) out += c == '-' ? '_' : static_cast<char>(std::toupper(c));
   return out;
 }
 
-// What argv says before PROGRAM, and PROGRAM with its arguments.
-struct Scan {
-  Action action = Action::kRun;
-  Values values;
-  std::vector<std::string> program;
+// What help, help-env and version throw: they win over everything else before PROGRAM.
+struct Stop {
+  Action action;
 };
 
-bool looks_like_flag(std::string_view s) {
-  return s.size() > 1 && s[0] == '-' && !std::isdigit(static_cast<unsigned char>(s[1]));
-}
+// What argv says before PROGRAM, and PROGRAM with its arguments. Problems are held back
+// until the end, so that --help anywhere before PROGRAM still wins.
+struct Scan {
+  Values values;
+  std::vector<std::string> program;
+  std::string problem;         // the first one: a switch given a value, a value missing
+  size_t unknowns_before = 0;  // unrecognized options before it (CLI11's remaining)
 
-// Errors are held back until PROGRAM, so that --help anywhere before it still wins.
+  // One flag, as the parse meets it; `unknowns` is how many unrecognized options came first.
+  void note(const Flag& f, const std::string& typed, const std::optional<std::string>& value,
+            size_t unknowns) {
+    std::string bad;
+    if (f.kind == Kind::kHelp || f.kind == Kind::kHelpEnv || f.kind == Kind::kVersion) {
+      throw Stop{f.kind == Kind::kHelp      ? Action::kHelp
+                 : f.kind == Kind::kHelpEnv ? Action::kHelpEnv
+                                            : Action::kVersion};
+    } else if (f.kind == Kind::kSwitch) {
+      if (value) bad = typed + " takes no value";
+      values[f.name] = {"1", typed};
+    } else if (value) {  // "-r=2" is "-r 2", as "--redirects=2"
+      values[f.name] = {typed.size() == 2 && value->starts_with('=') ? value->substr(1) : *value,
+                        typed};
+    } else {
+      bad = typed + " expects a value (" + std::string(f.metavar) + ")";
+    }
+    if (problem.empty() && !bad.empty()) {
+      problem = bad;
+      unknowns_before = unknowns;
+    }
+  }
+};
+
+// argv through CLI11: each spelling of each flag of the table (--dash-name, --under_name,
+// -s), PROGRAM and the rest, then the PET_ defaults of the flags not given.
 Scan scan(int argc, const char* const* argv) {
+  CLI::App app;
+  app.set_help_flag();  // -h/--help are the table's
   Scan out;
-  std::string error;
-  int i = 1;
-  for (; i < argc; ++i) {
-    std::string_view arg = argv[i];
-    if (arg == "--") {
-      ++i;
-      break;
-    }
-    if (arg.size() < 2 || arg[0] != '-') break;
-    std::string typed;
-    std::optional<std::string> inline_value;
-    const Flag* flag = nullptr;
-    if (arg[1] == '-') {
-      size_t eq = arg.find('=');
-      typed = arg.substr(0, eq);
-      if (eq != std::string_view::npos) inline_value = std::string(arg.substr(eq + 1));
-      flag = find_long(std::string_view(typed).substr(2));
-    } else {
-      typed = arg.substr(0, 2);
-      if (arg.size() > 2) inline_value = std::string(arg.substr(arg[2] == '=' ? 3 : 2));
-      flag = find_short(arg[1]);
-    }
-    std::string problem;
-    if (flag == nullptr) {
-      problem = "unrecognized option '" + typed + "' (see tdistrun --help)";
-    } else if (flag->kind == Kind::kHelp || flag->kind == Kind::kHelpEnv ||
-               flag->kind == Kind::kVersion) {
-      out.action = flag->kind == Kind::kHelp      ? Action::kHelp
-                   : flag->kind == Kind::kHelpEnv ? Action::kHelpEnv
-                                                  : Action::kVersion;
-      return out;
-    } else if (flag->kind == Kind::kSwitch) {
-      if (inline_value) problem = typed + " takes no value";
-      out.values[flag->name] = {"1", typed};
-    } else if (inline_value) {
-      out.values[flag->name] = {*inline_value, typed};
-    } else if (i + 1 < argc && !looks_like_flag(argv[i + 1])) {
-      out.values[flag->name] = {argv[++i], typed};
-    } else {
-      problem = typed + " expects a value (" + std::string(flag->metavar) + ")";
-    }
-    if (error.empty()) error = problem;
-  }
-  if (!error.empty()) usage(error);
-  out.program.assign(argv + i, argv + argc);
-  return out;
-}
-
-void add_pet_defaults(Values& values) {
+  std::vector<std::pair<const Flag*, cli::Spellings>> pet;
   for (const Flag& f : kFlags) {
-    if (!f.pet || values.count(f.name) != 0) continue;
-    std::string name = pet_name(f.name);
-    std::string text = env_string(name.c_str());
-    if (!text.empty()) values[f.name] = {text, name};
+    std::string dash(f.name), under(f.name);
+    std::replace(under.begin(), under.end(), '-', '_');
+    std::string names = "--" + dash + (under == dash ? "" : ",--" + under);
+    if (f.short_name != 0) names += std::string(",-") + f.short_name;
+    auto note = [&out, &app, &f](const std::string& typed, const std::optional<std::string>& v) {
+      out.note(f, typed, v, app.remaining_size());
+    };
+    cli::Spellings spellings = f.kind == Kind::kValue
+                                   ? cli::add_value(app, names, note, cli::Next::kNotAFlag)
+                                   : cli::add_switch(app, names, note);
+    if (f.pet) pet.emplace_back(&f, std::move(spellings));
   }
+  cli::add_positionals(
+      app, "PROGRAM", [&](const std::string& a) { out.program.push_back(a); }, true);
+  auto unrecognized = [](const std::string& arg) {
+    const std::string typed =
+        arg.starts_with("--") ? arg.substr(0, arg.find('=')) : arg.substr(0, 2);
+    return "unrecognized option '" + typed + "' (see tdistrun --help)";
+  };
+  // The first "--" ends the flags: CLI11 sees what comes before it (it would take a "--"
+  // right after a flag's value as ending that value), PROGRAM and its arguments the rest.
+  const auto dashes = std::find(argv + 1, argv + argc, std::string_view("--")) - argv;
+  const cli::Parsed parsed = cli::parse(app, static_cast<int>(dashes), argv, unrecognized);
+  // CLI11 takes "-1", "---" or "-=" for PROGRAM: an option tdistrun does not know, after
+  // which the scan goes on (where a --help still wins).
+  const bool bad_program =
+      !out.program.empty() && out.program[0].size() > 1 && out.program[0][0] == '-';
+  if (dashes < argc) {
+    out.program.insert(out.program.end(), argv + dashes + (out.program.empty() ? 1 : 0),
+                       argv + argc);
+  }
+  if (bad_program) {
+    std::vector<const char*> rest = {argv[0]};
+    for (size_t i = 1; i < out.program.size(); ++i) rest.push_back(out.program[i].c_str());
+    try {
+      scan(static_cast<int>(rest.size()), rest.data());
+    } catch (const UsageError&) {  // reported below, after the first error
+    }
+  }
+  if (!out.problem.empty() && (parsed.error.empty() || out.unknowns_before == 0)) {
+    usage(out.problem);
+  }
+  if (!parsed.error.empty()) usage(parsed.error);
+  if (bad_program) usage(unrecognized(out.program[0]));
+  for (const auto& [f, spellings] : pet) {
+    const std::string name = pet_name(f->name);
+    if (auto text = cli::env_fallback(spellings, name)) out.values[f->name] = {*text, name};
+  }
+  return out;
 }
 
 std::optional<long long> to_int(std::string_view s) {
@@ -446,11 +458,14 @@ Streams StreamSpec::for_rank(int local_rank) const {
 }
 
 ParseResult parse_args(int argc, const char* const* argv) {
-  Scan scanned = scan(argc, argv);
   ParseResult result;
-  result.action = scanned.action;
-  if (result.action != Action::kRun) return result;
-  add_pet_defaults(scanned.values);
+  Scan scanned;
+  try {
+    scanned = scan(argc, argv);
+  } catch (const Stop& stop) {
+    result.action = stop.action;
+    return result;
+  }
   if (scanned.program.empty()) usage("missing PROGRAM (see tdistrun --help)");
   result.options = build(scanned.values);
   result.options.program = scanned.program.front();

@@ -1,6 +1,6 @@
 // tdistrun's command line: torchrun's flags (dash and underscore spellings, `--flag value`
-// and `--flag=value`, PET_<FLAG> environment defaults) parsed into Options, the --help and
-// --help-env texts, and the argv each worker execs.
+// and `--flag=value`, PET_<FLAG> environment defaults) parsed into Options (CLI11 splits
+// argv: tools/cli), the --help and --help-env texts, and the argv each worker execs.
 //
 // Everything is checked before anything starts: a bad command line, a missing program or
 // interpreter throws UsageError, whose what() is one line naming the flag (or PET_ variable)
