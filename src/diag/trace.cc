@@ -278,8 +278,9 @@ namespace {
 // The event's args object, fields in the order they were added.
 ordered_json args_json(const TraceArgs& args) {
   ordered_json out = ordered_json::object();
-  for (const auto& [key, value] : args.fields()) {
-    std::visit([&out, &key](const auto& v) { out[key] = v; }, value);
+  for (const auto& field : args.fields()) {
+    const std::string& key = field.first;  // a named variable: clang 14 captures no bindings
+    std::visit([&out, &key](const auto& v) { out[key] = v; }, field.second);
   }
   return out;
 }
