@@ -40,6 +40,20 @@ stage_table() {
   done
   awk -v s=$SECONDS 'BEGIN { printf "%6.1f  whole run\n", s / 60 }'
 }
+# quiet CMD...: CMD with its standard output kept aside (a build's progress lines); when it
+# fails, the last 60 lines of that output (the compiler's errors) are shown, then its status
+# returned, which ends the run (set -e): a failed build never ends the log without a word.
+quiet() {
+  local out rc=0
+  out=$(mktemp)
+  "$@" >"$out" || rc=$?
+  if ((rc != 0)); then
+    echo "-- failed (exit $rc): $*; the last lines of its output:"
+    tail -n 60 "$out"
+  fi
+  rm -f "$out"
+  return "$rc"
+}
 stage "setup: Debian packages and PyPI's torch (scripts/setup.sh)"
 bash scripts/setup.sh
 # Compile jobs: every CPU this run may use. Not `nproc` once OMP_NUM_THREADS=1 is set below:
@@ -92,10 +106,10 @@ generator() {
 
 if [ "${TDIST_SKIP_CLANG:-0}" != 1 ]; then
   stage "clang ASan+UBSan build (warnings are errors)"
-  CXX=clang++ CC=clang cmake $(generator build-clang) -S . -B build-clang "${san_cmake[@]}" \
-    -DTDIST_SANITIZE=address,undefined -DTDIST_FUZZ=ON -DTDIST_FUZZ_SECONDS=10 >/dev/null
-  cmake --build build-clang -j"$jobs" \
-    --target tests_core tests_store tests_collectives tests_pg fuzzers >/dev/null
+  CXX=clang++ CC=clang quiet cmake $(generator build-clang) -S . -B build-clang \
+    "${san_cmake[@]}" -DTDIST_SANITIZE=address,undefined -DTDIST_FUZZ=ON -DTDIST_FUZZ_SECONDS=10
+  quiet cmake --build build-clang -j"$jobs" \
+    --target tests_core tests_store tests_collectives tests_pg fuzzers
   stage "ASan+UBSan tests: core, store, collectives, pg; fuzz targets"
   env "${asan_env[@]}" ctest --test-dir build-clang -L '^(core|store|collectives|pg|fuzz)$' \
     -E '^pg_[a-z0-9_]+_auto[.]' -j"$test_jobs" --output-on-failure ||
@@ -109,7 +123,7 @@ ctest --test-dir build -j"$plain_test_jobs" --output-on-failure || failed $? "te
 
 if [ "${TDIST_SKIP_TORCH2:-0}" != 1 ]; then
   stage "LibTorch 2.x (PyPI's torch): g++ build of the LibTorch part (warnings are errors)"
-  bash scripts/build.sh --torch2 >/dev/null
+  quiet bash scripts/build.sh --torch2
   stage "LibTorch 2.x tests"
   ctest --test-dir build-torch2 -L '^torch$' -j"$plain_test_jobs" --output-on-failure ||
     failed $? "LibTorch 2.x tests" build-torch2
@@ -121,9 +135,9 @@ bash scripts/test_python.sh torch1 || failed $? "Python package on torch 1.13"
 
 if [ "${TDIST_SKIP_TSAN:-0}" != 1 ]; then
   stage "clang TSan build of the store, transport and pg suites"
-  CXX=clang++ CC=clang cmake $(generator build-tsan) -S . -B build-tsan "${san_cmake[@]}" \
-    -DTDIST_SANITIZE=thread -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON >/dev/null
-  cmake --build build-tsan -j"$jobs" --target tests_store tests_transport tests_pg >/dev/null
+  CXX=clang++ CC=clang quiet cmake $(generator build-tsan) -S . -B build-tsan "${san_cmake[@]}" \
+    -DTDIST_SANITIZE=thread -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON
+  quiet cmake --build build-tsan -j"$jobs" --target tests_store tests_transport tests_pg
   stage "TSan tests: store, transport, pg"
   env "${tsan_env[@]}" ctest --test-dir build-tsan -L '^(store|transport|pg)$' \
     -E '^pg_[a-z0-9_]+_(auto|shm)[.]' -j"$test_jobs" --output-on-failure ||
