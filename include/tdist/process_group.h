@@ -163,6 +163,25 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // Issues every op at once; the Work completes when all have.
   WorkPtr batch_isend_irecv(std::span<const P2POp> ops);
 
+  // ---- receiving from any source ----
+  // torch's recv/irecv without src (MPI_ANY_SOURCE): receives the next message with `tag`
+  // from whichever other rank sends one; the Work's source_rank() then names that rank
+  // (work.h). Matched as MPI does, with irecv's on the same tag: a message goes to the
+  // earliest posted receive that can take it (irecv of its sender or irecv_any), a new
+  // receive takes the earliest message that arrived for it (irecv_any: from whichever rank,
+  // in arrival order), and each sender's messages stay in send order. The message must have
+  // count elements, as for irecv, and large sends still wait for their receive.
+  // InvalidArgument as for irecv (dtype, null buffer), and on a group of one; a backend that
+  // cannot receive from any source (nccl) refuses with InvalidArgument "irecv_any: receiving
+  // from any source is not supported by <backend>". Failures, timeouts and aborts as irecv.
+  WorkPtr irecv_any(void* data, size_t count, DType dtype, uint32_t tag = 0);
+  // Blocking: waits, then returns the group rank the message came from.
+  int recv_any(void* data, size_t count, DType dtype, uint32_t tag = 0) {
+    WorkPtr work = irecv_any(data, count, dtype, tag);
+    work->wait();
+    return work->source_rank();
+  }
+
   // ---- sub-groups (collective over this group) ----
   // `ranks` are ranks of this group (any order; sorted as torch does): the new group's
   // rank i is the i-th smallest. Returns nullptr on ranks that are not members.
@@ -227,6 +246,10 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
                                  std::span<const size_t> recv_counts, DType dtype) = 0;
   virtual WorkPtr do_barrier(uint64_t seq) = 0;
   virtual WorkPtr do_batch_isend_irecv(std::span<const P2POp> ops) = 0;
+  // irecv_any, checked (count, dtype, buffer, a group of two or more); its Work names itself
+  // "irecv_any" and sets its source_rank() before it finishes. The default refuses:
+  // InvalidArgument "irecv_any: receiving from any source is not supported by <backend>".
+  virtual WorkPtr do_irecv_any(void* data, size_t count, DType dtype, uint32_t tag);
 
   // For the flight record: a backend says when collective `seq` starts and finishes (with
   // its error, or null, and the algorithm it ran, for the timeline: "ring", "mpi", or

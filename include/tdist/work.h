@@ -49,6 +49,11 @@ class Work {
   bool is_success() const;               // completed without error
   std::exception_ptr exception() const;  // the error, or null
   const std::string& op() const { return op_; }
+  // The group rank whose message a receive got, once it completed successfully: irecv's
+  // src, or the rank that sent irecv_any's message (torch's Work.source_rank()). -1 while
+  // the operation is pending (it does not wait), when it failed, and for every other
+  // operation (sends, batch_isend_irecv, collectives).
+  int source_rank() const;
 
   // Runs `fn` once the operation finished (either way): inside finish(), after the
   // waiters were woken and outside any lock of this Work, or now when it already has.
@@ -62,6 +67,9 @@ class Work {
   void finish(std::exception_ptr error = nullptr);
 
  protected:
+  // For backends: the source_rank() of a receive, set before its finish().
+  void set_source_rank(int rank) { source_rank_.store(rank, std::memory_order_relaxed); }
+
   // Called by wait() and is_completed() before they look at the state: a chance for a
   // derived Work to check its transport and call finish(). `deadline` bounds blocking in
   // it (Deadline::at(now) = do not block). The default does nothing.
@@ -75,7 +83,8 @@ class Work {
   std::atomic<bool> claimed_{false};
   std::exception_ptr error_;  // written once, before finished_; read only after it is seen
   std::atomic<bool> finished_{false};
-  std::atomic<int> watchers_{0};  // blocked waiters plus registered callbacks
+  std::atomic<int> watchers_{0};      // blocked waiters plus registered callbacks
+  std::atomic<int> source_rank_{-1};  // set before finish(); read once finished_ is seen
   mutable Mutex mu_;
   CondVar cv_;
   std::vector<std::function<void()>> callbacks_ TDIST_GUARDED_BY(mu_);  // run once by finish()

@@ -202,6 +202,22 @@ WorkPtr ProcessGroup::irecv(void* data, size_t count, DType dtype, int src, uint
   return batch_isend_irecv(std::span<const P2POp>(&op, 1));
 }
 
+WorkPtr ProcessGroup::irecv_any(void* data, size_t count, DType dtype, uint32_t tag) {
+  constexpr const char* kName = "irecv_any";
+  check_bytes(kName, count, dtype);
+  TDIST_CHECK(data != nullptr || count == 0, InvalidArgument, kName,
+              ": the buffer is null but the count is ", count);
+  TDIST_CHECK(size_ > 1, InvalidArgument, kName, ": rank ", rank_,
+              " is alone in its group (group of 1): no other rank can send to it");
+  return do_irecv_any(data, count, dtype, tag);
+}
+
+WorkPtr ProcessGroup::do_irecv_any(void* /*data*/, size_t /*count*/, DType /*dtype*/,
+                                   uint32_t /*tag*/) {
+  TDIST_THROW(InvalidArgument, "irecv_any: receiving from any source is not supported by ",
+              backend_name());
+}
+
 WorkPtr ProcessGroup::batch_isend_irecv(std::span<const P2POp> ops) {
   const char* name = p2p_name(ops);
   for (const P2POp& op : ops) {

@@ -50,6 +50,10 @@ bool Work::is_completed() const {
 
 bool Work::is_success() const { return finished_.load(std::memory_order_acquire) && !error_; }
 
+int Work::source_rank() const {
+  return is_success() ? source_rank_.load(std::memory_order_relaxed) : -1;
+}
+
 std::exception_ptr Work::exception() const {
   return finished_.load(std::memory_order_acquire) ? error_ : nullptr;
 }

@@ -30,6 +30,15 @@
 // no receive will ever take it. The peers learn the reason with the abort (DesyncError
 // there too). Tags: a collective tag holds the low 39 bits of `seq`.
 //
+// Any source (MPI_ANY_SOURCE): irecv_any(tag) receives the next message with `tag` (a
+// p2p_tag) from whichever rank sends one; Request::source() then names that rank. The rule is
+// MPI's: a message goes to the earliest posted receive that can take it, whether it names the
+// message's source or any; a new receive takes the earliest arrived message it can (for
+// irecv_any: of whichever rank, in arrival order across ranks; a rank's own messages stay in
+// send order). Nothing else changes: the byte count must match (else DesyncError), large
+// sends wait for their receive as above, and a pending any-source receive fails with the
+// Comm's abort. Only point-to-point tags: collectives always know their peers.
+//
 // Ownership and lifetime: buffers passed to isend/irecv must stay valid and untouched
 // until the Request completes (wait returned or test() returned true), or until the
 // Request is destroyed. Destroying a pending Request cancels it: a receive is withdrawn
@@ -67,6 +76,8 @@
 namespace tdist::transport {
 
 inline constexpr uint64_t kP2PTagBit = uint64_t{1} << 63;
+// The peer of a receive posted for any source (irecv_any), where a rank is expected.
+inline constexpr int kAnySource = -1;
 
 // Tag of step `step` (< 2^24) of collective number `seq` on a group.
 constexpr uint64_t collective_tag(uint64_t seq, uint32_t step) {
@@ -75,6 +86,8 @@ constexpr uint64_t collective_tag(uint64_t seq, uint32_t step) {
 
 // Tag of a user's point-to-point message.
 constexpr uint64_t p2p_tag(uint32_t user_tag) { return kP2PTagBit | user_tag; }
+// Whether a message's tag is a point-to-point one (the transport's own tags aside).
+constexpr bool is_p2p_tag(uint64_t tag) { return (tag & kP2PTagBit) != 0; }
 
 class Request {
  public:
@@ -84,6 +97,9 @@ class Request {
   virtual void wait(Deadline deadline) = 0;
   // True once complete; rethrows the failure like wait().
   virtual bool test() = 0;
+  // The rank whose message a completed receive holds: its peer, or for irecv_any the rank
+  // that sent it. -1 for a send, and for a receive that is pending or failed.
+  virtual int source() const { return -1; }
 };
 
 using RequestPtr = std::unique_ptr<Request>;
@@ -108,6 +124,15 @@ class Comm {
   RequestPtr irecv_on(MemoryKind kind, int peer, uint64_t tag, void* data, size_t bytes) {
     return kind == MemoryKind::kHost ? irecv(peer, tag, data, bytes)
                                      : irecv_device(peer, tag, data, bytes);
+  }
+
+  // Any source (see above): host memory, or device memory where every peer carries_device().
+  // The defaults refuse (InvalidArgument): a Comm that matches by source only.
+  virtual RequestPtr irecv_any(uint64_t tag, void* data, size_t bytes);
+  virtual RequestPtr irecv_any_device(uint64_t tag, void* data, size_t bytes);
+  RequestPtr irecv_any_on(MemoryKind kind, uint64_t tag, void* data, size_t bytes) {
+    return kind == MemoryKind::kHost ? irecv_any(tag, data, bytes)
+                                     : irecv_any_device(tag, data, bytes);
   }
 
   // Checks (comm.h's "Fingerprints"): collective `seq`, described by `fp`, runs from now

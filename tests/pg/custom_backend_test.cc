@@ -3,7 +3,7 @@
 // very text the built-in backend under test gives for it (same rank, same group size),
 // and the backend's do_* methods never see the call. Valid collectives reach do_* with
 // sequence numbers 0, 1, ... that invalid calls did not use up; point-to-point calls are
-// not numbered.
+// not numbered. One that does not receive from any source refuses irecv_any, naming itself.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -164,6 +164,7 @@ std::vector<std::pair<std::string, Call>> invalid_calls(int rank, int w, uint8_t
       {"isend peer = size", [=](ProcessGroup& g) { return g.isend(p, 1, f32, w); }},
       {"irecv peer -1", [=](ProcessGroup& g) { return g.irecv(p, 1, f32, -1); }},
       {"irecv null buffer", [=](ProcessGroup& g) { return g.irecv(nullptr, 2, f32, other); }},
+      {"irecv_any null buffer", [=](ProcessGroup& g) { return g.irecv_any(nullptr, 2, f32); }},
       {"batch with one bad op",
        [=](ProcessGroup& g) {
          const P2POp ops[] = {{P2POp::Kind::kSend, p, 1, f32, other},
@@ -226,6 +227,12 @@ TEST(CustomBackendTest, GetsTheBuiltinChecksAndTextsAndDoIsNeverCalled) {
     EXPECT_TRUE(
         contains(text([&](ProcessGroup& g) { return g.irecv(a.data(), 1, DType::kF32, 5); }),
                  "irecv: peer 5 is outside 0..1 (group of 2)"));
+
+    // A backend that does not override do_irecv_any refuses any source, naming itself.
+    EXPECT_EQ(text([&](ProcessGroup& g) {
+                return g.irecv_any(a.data(), 1, DType::kF32, 3);
+              }).rfind("irecv_any: receiving from any source is not supported by recording", 0),
+              0u);
 
     // Valid calls reach the backend; the invalid ones took no sequence number.
     float x[4] = {};

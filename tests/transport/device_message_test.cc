@@ -2,7 +2,8 @@
 // rendezvous) and the algorithms' (collectives/device_ops.h), without a GPU: ranks are
 // threads over HostDeviceChannel, whose "device memory" is host memory (fake_device.h).
 // Checks: payloads of every size arrive, posted before or after their message; every
-// descriptor a sender exported is released once its receiver answered; a device message
+// descriptor a sender exported is released once its receiver answered; receives from any
+// source take device messages; a device message
 // meeting a host receive (and the reverse) is a DesyncError of that receive only; Comms
 // without device channels refuse device memory; and every collective of a CommProcessGroup
 // given a device (comm_device.h) computes what the host path computes.
@@ -54,6 +55,40 @@ TEST(DeviceMessageTest, PayloadsOfEverySizeArriveAndEveryDescriptorIsReleased) {
   EXPECT_EQ(counters.exported.load(), static_cast<int>(sizes.size()));
   EXPECT_EQ(counters.imported.load(), static_cast<int>(sizes.size()));
   EXPECT_EQ(counters.released.load(), static_cast<int>(sizes.size()));
+}
+
+// Ranks 1 and 2 send rank 0 device messages on one tag; rank 0 receives them from any
+// source, posted before they arrive and after (taken at once into the channel's device
+// memory below 1 MiB, waiting for the receive from there).
+TEST(DeviceMessageTest, ReceivesFromAnySourceTakeDeviceMessages) {
+  DeviceCounters counters;
+  const std::vector<size_t> sizes = {70000, size_t{3} << 20};
+  run_comm_ranks(
+      3,
+      [&](std::shared_ptr<Store> store, int rank, int world) {
+        return connect_host_device(std::move(store), rank, world, &counters);
+      },
+      [&](Comm& comm) {
+        for (size_t i = 0; i < sizes.size() * 2; ++i) {
+          const size_t bytes = sizes[i % sizes.size()];
+          const uint64_t tag = p2p_tag(static_cast<uint32_t>(i));
+          if (comm.rank() != 0) {
+            const std::vector<uint8_t> sent = pattern(comm.rank() * 10 + i, bytes);
+            comm.isend_device(0, tag, sent.data(), bytes)->wait(kNever);
+            continue;
+          }
+          if (i >= sizes.size()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          std::vector<std::vector<uint8_t>> got(2, std::vector<uint8_t>(bytes));
+          RequestPtr a = comm.irecv_any_device(tag, got[0].data(), bytes);
+          RequestPtr b = comm.irecv_any_device(tag, got[1].data(), bytes);
+          a->wait(kNever);
+          b->wait(kNever);
+          EXPECT_EQ(a->source() + b->source(), 3) << bytes << " bytes";
+          EXPECT_EQ(got[0], pattern(a->source() * 10 + i, bytes)) << bytes << " bytes";
+          EXPECT_EQ(got[1], pattern(b->source() * 10 + i, bytes)) << bytes << " bytes";
+        }
+      });
+  EXPECT_EQ(counters.released.load(), counters.exported.load());
 }
 
 TEST(DeviceMessageTest, AnEmptyDeviceMessageIsAnOrdinaryOne) {
@@ -224,6 +259,12 @@ void check_collectives(ProcessGroup& pg, DType dtype, size_t count) {
   sent->wait();
   got->wait();
   ASSERT_EQ(from_prev, inputs<T>((r + n - 1) % n, count)) << "isend/irecv";
+  // From any source: only the previous rank sends this one.
+  sent = pg.isend(mine.data(), count, dtype, (r + 1) % n, 6);
+  got = pg.irecv_any(from_prev.data(), count, dtype, 6);
+  sent->wait();
+  got->wait();
+  ASSERT_EQ(got->source_rank(), (r + n - 1) % n) << "irecv_any";
   pg.barrier()->wait();
 }
 

@@ -8,7 +8,8 @@
 // worker thread, which blocks (never spins) while it waits, or a thread that waits on a Work whose
 // operation has not started, which runs the queued operations up to it itself, so the common
 // `all_reduce(...)->wait()` costs no hand-off between threads. Point-to-point operations go to the
-// transport directly from the calling thread and complete inside it.
+// transport directly from the calling thread and complete inside it; so do receives from any
+// source (transport::Comm::irecv_any).
 //
 // Checks: each operation tells the Comm its fingerprint before it runs
 // (Comm::begin_collective), so ranks that call different operations, or the same one with
@@ -85,6 +86,7 @@ class CommProcessGroup : public ProcessGroup {
                          void* recv, std::span<const size_t> recv_counts, DType dtype) override;
   WorkPtr do_barrier(uint64_t seq) override;
   WorkPtr do_batch_isend_irecv(std::span<const P2POp> ops) override;
+  WorkPtr do_irecv_any(void* data, size_t count, DType dtype, uint32_t tag) override;
 
  private:
   // Queues the operation numbered `seq`, described by `fp` (op_queue.h).

@@ -1,6 +1,7 @@
-// CommProcessGroup's point-to-point operations (comm_group.h): posted straight to the
-// transport from the calling thread; their Work completes when the transport's requests
-// do, checked whenever the Work is waited on or polled.
+// CommProcessGroup's point-to-point operations (comm_group.h), receives from any source
+// included: posted straight to the transport from the calling thread; their Work completes
+// when the transport's requests do, checked whenever the Work is waited on or polled. A
+// single receive's Work takes its request's source (Work::source_rank).
 #include <utility>
 
 #include "backends/comm/comm_group.h"
@@ -48,6 +49,7 @@ class RequestWork : public Work, public DeviceWork {
           }
           ++next_;
         }
+        if (requests_.size() == 1) set_source_rank(requests_.front()->source());
       } catch (const TimeoutError&) {
         // The caller's own deadline only ends this wait; the operation's ends the op.
         if (!op_deadline_.expired()) return;
@@ -88,6 +90,17 @@ WorkPtr CommProcessGroup::do_batch_isend_irecv(std::span<const P2POp> ops) {
                            : comm_->irecv_on(memory, op.peer, tag, op.data, bytes));
   }
   return std::allocate_shared<RequestWork>(core::CachingAllocator<RequestWork>(), p2p_name(ops),
+                                           rank(), size(), backend_, std::move(requests),
+                                           core::coarse_deadline_after(timeout()));
+}
+
+WorkPtr CommProcessGroup::do_irecv_any(void* data, size_t count, DType dtype, uint32_t tag) {
+  const MemoryKind memory = device_ ? device_->memory() : MemoryKind::kHost;
+  if (device_) device_->order_after_caller();  // as batch_isend_irecv's receives
+  std::vector<transport::RequestPtr> requests;
+  requests.push_back(
+      comm_->irecv_any_on(memory, transport::p2p_tag(tag), data, count * dtype_size(dtype)));
+  return std::allocate_shared<RequestWork>(core::CachingAllocator<RequestWork>(), "irecv_any",
                                            rank(), size(), backend_, std::move(requests),
                                            core::coarse_deadline_after(timeout()));
 }

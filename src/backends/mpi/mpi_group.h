@@ -17,9 +17,10 @@
 //
 // Point-to-point calls are posted at once from the calling thread (MPI_Isend/MPI_Irecv
 // on the group's communicator, user tags 0..MPI_TAG_UB); their Work completes when
-// waited on (MPI_Waitall) or polled (MPI_Testall). Sub-groups are MPI_Comm_create_group
-// over a second, private communicator of the parent, so only members take part, and
-// nothing collides with user tags.
+// waited on (MPI_Waitall) or polled (MPI_Testall). irecv_any is MPI_Irecv from
+// MPI_ANY_SOURCE, whose MPI_Status names the sender (Work::source_rank). Sub-groups are
+// MPI_Comm_create_group over a second, private communicator of the parent, so only members take
+// part, and nothing collides with user tags.
 //
 // Limits: counts and displacements are MPI ints (up to INT_MAX elements; larger is
 // InvalidArgument). MPI calls have no timeout: the group timeout bounds nothing inside
@@ -88,8 +89,13 @@ class MpiProcessGroup : public ProcessGroup {
                          void* recv, std::span<const size_t> recv_counts, DType dtype) override;
   WorkPtr do_barrier(uint64_t seq) override;
   WorkPtr do_batch_isend_irecv(std::span<const P2POp> ops) override;
+  WorkPtr do_irecv_any(void* data, size_t count, DType dtype, uint32_t tag) override;
 
  private:
+  // MPI's limits on a point-to-point op's count and tag (InvalidArgument naming `name`).
+  void check_p2p_limits(const char* name, size_t count, uint32_t tag);
+  // The error that aborted the group, or null.
+  std::exception_ptr aborted() TDIST_EXCLUDES(mu_);
   // Queues the operation numbered `seq` (op_queue.h).
   template <typename Run>  // Run: void(MPI_Comm); defined in mpi_group.cc
   WorkPtr enqueue(uint64_t seq, const char* op, Run run);

@@ -19,10 +19,12 @@
 namespace tdist::backends::mpi {
 namespace {
 
+// `receive`: the one request is a receive, whose MPI_Status names its source.
 class RequestWork : public Work {
  public:
-  RequestWork(const char* op, std::string where, std::vector<MPI_Request> requests)
-      : Work(op), where_(std::move(where)), requests_(std::move(requests)) {}
+  RequestWork(const char* op, std::string where, std::vector<MPI_Request> requests,
+              bool receive = false)
+      : Work(op), where_(std::move(where)), requests_(std::move(requests)), receive_(receive) {}
 
   ~RequestWork() override {
     // A Work dropped unfinished leaves its requests to MPI, which completes them when the
@@ -70,6 +72,7 @@ class RequestWork : public Work {
     }
     try {
       check(rc, n == 1 ? "MPI_Wait" : "MPI_Waitall");
+      if (receive_) set_source_rank(statuses.front().MPI_SOURCE);
       finish();
     } catch (...) {
       finish(diag::add_context(std::current_exception(), where_ + ": "));  // keeps check()'s type
@@ -81,26 +84,31 @@ class RequestWork : public Work {
   Mutex mu_;
   std::vector<MPI_Request> requests_ TDIST_GUARDED_BY(mu_);
   bool settled_ TDIST_GUARDED_BY(mu_) = false;  // requests completed or failed
+  const bool receive_;
 };
 
 }  // namespace
 
-WorkPtr MpiProcessGroup::do_batch_isend_irecv(std::span<const P2POp> ops) {
-  const char* name = p2p_name(ops);
+void MpiProcessGroup::check_p2p_limits(const char* name, size_t count, uint32_t tag) {
   int* tag_ub = nullptr;
   int has_ub = 0;
   check(MPI_Comm_get_attr(comm_, MPI_TAG_UB, &tag_ub, &has_ub), "MPI_Comm_get_attr");
   const int64_t max_tag = has_ub != 0 && tag_ub != nullptr ? *tag_ub : 32767;
-  for (const P2POp& op : ops) {
-    TDIST_CHECK(op.count <= static_cast<size_t>(INT_MAX), InvalidArgument, name, ": count ",
-                op.count, " exceeds MPI's int range (", INT_MAX, " elements)");
-    TDIST_CHECK(static_cast<int64_t>(op.tag) <= max_tag, InvalidArgument, name, ": tag ", op.tag,
-                " exceeds this MPI's tag bound MPI_TAG_UB=", max_tag);
-  }
-  {
-    MutexLock lock(mu_);
-    if (aborted_) return completed_work(name, aborted_);
-  }
+  TDIST_CHECK(count <= static_cast<size_t>(INT_MAX), InvalidArgument, name, ": count ", count,
+              " exceeds MPI's int range (", INT_MAX, " elements)");
+  TDIST_CHECK(static_cast<int64_t>(tag) <= max_tag, InvalidArgument, name, ": tag ", tag,
+              " exceeds this MPI's tag bound MPI_TAG_UB=", max_tag);
+}
+
+std::exception_ptr MpiProcessGroup::aborted() {
+  MutexLock lock(mu_);
+  return aborted_;
+}
+
+WorkPtr MpiProcessGroup::do_batch_isend_irecv(std::span<const P2POp> ops) {
+  const char* name = p2p_name(ops);
+  for (const P2POp& op : ops) check_p2p_limits(name, op.count, op.tag);
+  if (std::exception_ptr error = aborted()) return completed_work(name, error);
   std::vector<MPI_Request> requests;
   requests.reserve(ops.size());
   try {
@@ -121,7 +129,21 @@ WorkPtr MpiProcessGroup::do_batch_isend_irecv(std::span<const P2POp> ops) {
     throw;
   }
   const std::string where = detail::str_cat("rank ", rank(), "/", size(), " (mpi) ", name);
-  return std::make_shared<RequestWork>(name, where, std::move(requests));
+  const bool receive = ops.size() == 1 && ops[0].kind == P2POp::Kind::kRecv;
+  return std::make_shared<RequestWork>(name, where, std::move(requests), receive);
+}
+
+WorkPtr MpiProcessGroup::do_irecv_any(void* data, size_t count, DType dtype, uint32_t tag) {
+  constexpr const char* kName = "irecv_any";
+  check_p2p_limits(kName, count, tag);
+  if (std::exception_ptr error = aborted()) return completed_work(kName, error);
+  MPI_Request r = MPI_REQUEST_NULL;
+  check(MPI_Irecv(data, static_cast<int>(count), datatype(dtype), MPI_ANY_SOURCE,
+                  static_cast<int>(tag), comm_, &r),
+        "MPI_Irecv");
+  const std::string where = detail::str_cat("rank ", rank(), "/", size(), " (mpi) ", kName);
+  return std::make_shared<RequestWork>(kName, where, std::vector<MPI_Request>{r},
+                                       /*receive=*/true);
 }
 
 std::shared_ptr<ProcessGroup> MpiProcessGroup::make_subgroup(std::shared_ptr<Store> store, int rank,

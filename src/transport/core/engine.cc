@@ -78,7 +78,7 @@ Engine::Engine(int rank, int size, std::vector<std::vector<std::unique_ptr<Chann
   if (!wake_) TDIST_THROW(Error, "transport: eventfd failed: ", net::errno_text(errno));
   for (int peer = 0; peer < size; ++peer) {
     if (peer != rank) {
-      peers_[peer] = std::make_unique<Peer>(rank, peer, std::move(channels[peer]), book_);
+      peers_[peer] = std::make_unique<Peer>(rank, peer, std::move(channels[peer]), book_, any_);
     }
   }
 }
@@ -107,6 +107,7 @@ Engine::~Engine() {
   for (auto& peer : peers_) {
     if (peer) peer->fail_all(error, /*tell_peer=*/false, {});
   }
+  any_.fail_all(error);
 }
 
 void Engine::check_args(const char* what, int peer, uint64_t tag, const void* data,
@@ -165,10 +166,18 @@ RequestPtr Engine::post_send(int peer, uint64_t tag, const void* data, size_t by
 
 RequestPtr Engine::post_recv(int peer, uint64_t tag, void* data, size_t bytes, bool device) {
   std::string lost;
+  Progress others;
   std::shared_ptr<Op> op =
-      peers_[peer]->post_recv(tag, data, bytes, book_.check_for(tag), &lost, device);
+      peers_[peer]->post_recv(tag, data, bytes, book_.check_for(tag), &lost, &others, device);
+  completed_elsewhere(others);
   if (!lost.empty()) report(lost);
   return std::make_unique<CoreRequest>(this, std::move(op));
+}
+
+void Engine::completed_elsewhere(const Progress& progress) {
+  if (progress.completed == 0) return;
+  notify_waiters();
+  wake_driver();
 }
 
 void Engine::begin_collective(uint64_t seq, const tdist::core::OpFingerprint& fp) {
@@ -196,7 +205,13 @@ std::exception_ptr Engine::error() const {
 }
 
 void Engine::cancel(Op& op) {
-  const std::string lost = peers_[op.peer]->cancel(op);
+  int peer = op.peer;
+  if (peer == kAnySource) {
+    if (any_.withdraw(op)) return;  // still unclaimed
+    peer = op.source();             // claimed under the Peer's lock, which cancel takes
+    if (peer < 0) return;           // failed unclaimed
+  }
+  const std::string lost = peers_[peer]->cancel(op);
   if (!lost.empty()) report(lost);
 }
 
@@ -405,6 +420,7 @@ void Engine::abort_with(const std::exception_ptr& reason, bool log) {
   for (auto& peer : peers_) {
     if (peer) peer->fail_all(reason, /*tell_peer=*/true, notice);
   }
+  any_.fail_all(reason);
   // Only now: a driver that sees aborted_ finds every pending Op completed.
   aborted_ = true;
   uint64_t one = 1;

@@ -21,6 +21,9 @@
 // Ownership: owns the Peers and their channels. Thread-safety: as comm.h.
 // Fingerprints (comm.h): begin_collective records the running collective in a
 // CollectiveBook; isend/irecv stamp and expect its fingerprint, the Peers check it.
+// Any source (comm.h): irecv_any's receives wait in an AnySourceQueue that every Peer
+// consults for its point-to-point messages (any_source.h says how the two kinds of receive
+// share them).
 // Failure: a channel's end of stream without a goodbye (the peer died), a broken channel,
 // or an abort notice aborts this Comm with PeerError (DesyncError for a desync, here or
 // told by the peer; TimeoutError when the peer aborted on a timeout) as soon as a driver
@@ -42,6 +45,7 @@
 #include "net/fd.h"
 #include "tdist/thread_annotations.h"
 #include "transport/comm.h"
+#include "transport/core/any_source.h"
 #include "transport/core/channel.h"
 #include "transport/core/op.h"
 #include "transport/core/peer.h"
@@ -61,6 +65,8 @@ class Engine final : public Comm {
   bool carries_device(int peer) const override;
   RequestPtr isend_device(int peer, uint64_t tag, const void* data, size_t bytes) override;
   RequestPtr irecv_device(int peer, uint64_t tag, void* data, size_t bytes) override;
+  RequestPtr irecv_any(uint64_t tag, void* data, size_t bytes) override;
+  RequestPtr irecv_any_device(uint64_t tag, void* data, size_t bytes) override;
   void begin_collective(uint64_t seq, const tdist::core::OpFingerprint& fp) override;
   void abort(std::exception_ptr reason) override;
   std::exception_ptr error() const override;
@@ -80,6 +86,10 @@ class Engine final : public Comm {
   void check_args(const char* what, int peer, uint64_t tag, const void* data, size_t bytes) const;
   RequestPtr post_send(int peer, uint64_t tag, const void* data, size_t bytes, bool device);
   RequestPtr post_recv(int peer, uint64_t tag, void* data, size_t bytes, bool device);
+  void check_any_args(uint64_t tag, const void* data, size_t bytes) const;
+  RequestPtr post_any(uint64_t tag, void* data, size_t bytes, bool device);
+  // Wakes whoever waits for the `progress.completed` Ops that another thread completed.
+  void completed_elsewhere(const Progress& progress);
   // The driver's loop: progress, else sleep, until done() or the deadline (false then).
   template <typename Done>
   bool drive(Done done, Deadline deadline);
@@ -98,6 +108,7 @@ class Engine final : public Comm {
   const int rank_;
   const int size_;
   CollectiveBook book_;                       // before peers_, which refer to it
+  AnySourceQueue any_;                        // the same
   std::vector<std::unique_ptr<Peer>> peers_;  // by rank; null at rank_
   net::Fd wake_;                              // eventfd: wakes a sleeping driver
   std::atomic<bool> driver_sleeping_{false};

@@ -10,6 +10,12 @@
 namespace tdist::transport::core {
 
 std::string Op::describe() const {
+  if (peer == kAnySource) {
+    const int from = source();
+    return detail::str_cat("receive from any rank (",
+                           from >= 0 ? detail::str_cat("matched to rank ", from, "; ") : "",
+                           "tag 0x", std::hex, tag, std::dec, ", ", bytes, " bytes)");
+  }
   return detail::str_cat(is_send ? "send to" : "receive from", " rank ", peer, " (tag 0x", std::hex,
                          tag, std::dec, ", ", bytes, " bytes)");
 }
@@ -30,6 +36,11 @@ void CoreRequest::wait(Deadline deadline) {
     }
   }
   if (op_->error()) std::rethrow_exception(op_->error());
+}
+
+int CoreRequest::source() const {
+  if (!op_ || op_->is_send || !op_->done() || op_->error()) return -1;
+  return op_->source();
 }
 
 bool CoreRequest::test() {

@@ -8,6 +8,8 @@
 // the whole Comm's progress on this thread or sleeps until another driver completes it.
 // Cancel on destroy (comm.h): destroying a pending CoreRequest withdraws a receive; a send
 // keeps what is left of its payload in a private copy until it is out.
+// Any source (comm.h's irecv_any): the Op's `peer` is kAnySource; the Peer whose message
+// claims it (any_source.h) sets its source before anything else touches it.
 // Thread-safety: complete/done may race freely; one CoreRequest is used by one thread at
 // a time.
 #pragma once
@@ -57,10 +59,17 @@ class Op {
   }
   // The error, valid once done().
   const std::exception_ptr& error() const { return error_; }
-  // "send to rank 3 (tag 0x.., 8 bytes)".
+  // "send to rank 3 (tag 0x.., 8 bytes)", "receive from any rank (tag 0x.., 8 bytes)".
   std::string describe() const;
 
-  const int peer;
+  // The rank a receive takes its message from: `peer`, or for an any-source receive the
+  // rank whose message claimed it (-1 until then).
+  int source() const {
+    return peer != kAnySource ? peer : claimed_by_.load(std::memory_order_acquire);
+  }
+  void set_source(int rank) { claimed_by_.store(rank, std::memory_order_release); }
+
+  const int peer;  // kAnySource for irecv_any
   const bool is_send;
   const uint64_t tag;
   uint8_t* data;  // a send's payload moves to `owned` when it is cancelled part-way
@@ -81,6 +90,9 @@ class Op {
   // zeroed when the send is cancelled, before the caller's buffer may go away.
   uint64_t rv_id = 0;
   std::atomic<uint64_t> rv_token{0};
+  // Point-to-point receives: the order they were posted in, across every peer (any_source.h),
+  // which decides between a receive of one source and one of any.
+  uint64_t post_seq = 0;
 
   const DeviceDescriptor& device_descriptor() const {
     return *reinterpret_cast<const DeviceDescriptor*>(
@@ -93,6 +105,7 @@ class Op {
  private:
   std::atomic<bool> done_{false};
   std::exception_ptr error_;
+  std::atomic<int> claimed_by_{-1};  // an any-source receive's source, once claimed
 };
 
 // A new Op (its memory from this thread's block cache: one per send and receive).
@@ -113,6 +126,7 @@ class CoreRequest final : public Request {
   ~CoreRequest() override;
   void wait(Deadline deadline) override;
   bool test() override;
+  int source() const override;
 
  private:
   using Blocks = tdist::core::BlockCache<32, alignof(std::max_align_t)>;

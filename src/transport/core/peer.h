@@ -17,7 +17,9 @@
 //    A short eager send (up to 4 KiB) that the channel takes whole there needs no Op at
 //    all: post_send returns null for it.
 //  - receives: posted receives (FIFO per tag) and unexpected messages (arrived before
-//    their receive; payload copied to the heap). Each lane reads into a 64 KiB staging
+//    their receive; payload copied to the heap). A point-to-point message may go to a
+//    receive posted for any source instead, when that was posted first (any_source.h).
+//    Matching is peer_match.cc. Each lane reads into a 64 KiB staging
 //    buffer, or, once a header has been matched to a posted receive, straight into the
 //    user's buffer (then staging for what follows). A channel with memory of its own
 //    (shm: Channel::peek) hands a message whose receive is posted over whole: header
@@ -56,6 +58,7 @@
 
 #include "tdist/deadline.h"
 #include "tdist/thread_annotations.h"
+#include "transport/core/any_source.h"
 #include "transport/core/channel.h"
 #include "transport/core/collective_book.h"
 #include "transport/core/op.h"
@@ -88,8 +91,9 @@ class Peer {
   static constexpr size_t kMaxLanes = 64;
   using Check = CollectiveBook::Check;
 
-  // `book` (the Engine's) outlives the Peer.
-  Peer(int self_rank, int rank, std::vector<std::unique_ptr<Channel>> lanes, CollectiveBook& book);
+  // `book` and `any` (the Engine's) outlive the Peer.
+  Peer(int self_rank, int rank, std::vector<std::unique_ptr<Channel>> lanes, CollectiveBook& book,
+       AnySourceQueue& any);
   Peer(const Peer&) = delete;
   Peer& operator=(const Peer&) = delete;
 
@@ -104,8 +108,15 @@ class Peer {
   // send throws what Channel::export_device throws, before anything is sent.
   std::shared_ptr<Op> post_send(uint64_t tag, const void* data, size_t bytes, Check check,
                                 std::string* lost, bool device = false);
+  // `progress` counts the any-source receives posted earlier that took this peer's
+  // unexpected messages instead (other threads may wait for them).
   std::shared_ptr<Op> post_recv(uint64_t tag, void* data, size_t bytes, Check check,
-                                std::string* lost, bool device = false);
+                                std::string* lost, Progress* progress, bool device = false);
+  // Any source (any_source.h): the arrival stamp of this peer's first unexpected message with
+  // `tag` (AnySourceQueue::kNone: none), and handing that message to the earliest waiting
+  // any-source receive for `tag` (false when either is missing by now).
+  uint64_t first_arrival(uint64_t tag);
+  bool give_unexpected(uint64_t tag, Progress* progress, std::string* lost);
   // The desync report (kDesyncMark) for a checked message from this peer that waits
   // unexpected although its collective is finished here, or whose fingerprint differs from
   // the running collective's (collective_book.h); "" if none.
@@ -165,6 +176,7 @@ class Peer {
     std::unique_ptr<DeviceDescriptor> device_descriptor;
     // A device payload imported before its receive, in the channel's memory (freed with it).
     std::shared_ptr<void> device_data;
+    uint64_t arrival = 0;  // a point-to-point message's AnySourceQueue::next_arrival()
   };
   // A rendezvous frame to send (replies_: kRvReadyTag/kRvDoneTag on `lane`) or received
   // (rv_events_).
@@ -208,9 +220,18 @@ class Peer {
     bool eof = false;       // read side done
   };
 
-  // --- receive side (peer_recv.cc); all need recv_mu_ held. Return "" or the lost message.
-  void match_posted_locked(const std::shared_ptr<Op>& op, std::string* lost)
+  // --- matching (peer_match.cc); all need recv_mu_ held.
+  // A new receive of this peer: an unexpected message, or posted_.
+  void match_posted_locked(const std::shared_ptr<Op>& op, Progress* progress, std::string* lost)
       TDIST_REQUIRES(recv_mu_);
+  // Gives unexpected message `it` to receive `op`, and forgets it.
+  void deliver_locked(std::list<Unexpected>::iterator it, const std::shared_ptr<Op>& op,
+                      Progress* progress, std::string* lost) TDIST_REQUIRES(recv_mu_);
+  // The receive a new data message with `tag` goes to (removed from posted_ or claimed from
+  // the any-source queue, whichever was posted first), or null.
+  std::shared_ptr<Op> take_receive_locked(uint64_t tag) TDIST_REQUIRES(recv_mu_);
+
+  // --- receive side (peer_recv.cc); all need recv_mu_ held. Return "" or the lost message.
   std::string read_lane_locked(size_t lane, Progress* progress) TDIST_REQUIRES(recv_mu_);
   // One message from the channel's own memory (Channel::peek) into its posted receive, when
   // it is a short data message next in send order, whole in view; false otherwise.
@@ -280,6 +301,7 @@ class Peer {
   const int self_rank_;
   const int rank_;
   CollectiveBook& book_;
+  AnySourceQueue& any_;
   std::vector<Lane> lanes_;  // fixed size after construction
   const size_t nlanes_;
   std::atomic<bool> peer_gone_{false};  // the peer said goodbye (destroys its Comm)

@@ -1,5 +1,5 @@
-// Peer: the receive side — reading the lanes, header parsing, matching against posted
-// receives, the unexpected-message queue, the control frames and the end of a stream.
+// Peer: the receive side — reading the lanes, header parsing, the unexpected-message queue,
+// the rendezvous, the control frames and the end of a stream. Matching is peer_match.cc.
 #include <algorithm>
 #include <cstring>
 #include <new>
@@ -21,138 +21,6 @@ std::string out_of_order(uint64_t seq, size_t nlanes) {
 }
 
 }  // namespace
-
-std::shared_ptr<Op> Peer::post_recv(uint64_t tag, void* data, size_t bytes, Check check,
-                                    std::string* lost_message, bool device) {
-  auto op = make_op(rank_, false, tag, data, bytes, check);
-  op->device = device && bytes > 0;
-  {
-    MutexLock lock(recv_mu_);
-    if (recv_error_) {
-      op->complete(recv_error_);
-      return op;
-    }
-    match_posted_locked(op, lost_message);
-  }
-  if (rv_exchange_.load(std::memory_order_acquire) && lost_message->empty()) {
-    exchange_rendezvous(lost_message);
-  }
-  return op;
-}
-
-void Peer::match_posted_locked(const std::shared_ptr<Op>& op, std::string* lost_message) {
-  const uint64_t tag = op->tag;
-  const size_t bytes = op->bytes;
-  auto it = std::find_if(unexpected_.begin(), unexpected_.end(),
-                         [&](const Unexpected& u) { return u.tag == tag; });
-  if (it == unexpected_.end()) {
-    posted_.push_back(op);
-    if (goodbyes_ == nlanes_) {
-      *lost_message = lost("it destroyed its Comm, so this receive can never complete");
-    }
-    return;
-  }
-  Incoming* incoming = it->complete ? nullptr : &lanes_[it->lane].incoming;
-  const bool agree = tdist::core::fingerprints_agree(op->check(), it->check);
-  if (!agree || it->bytes != bytes || it->device != op->device) {
-    op->complete(!agree               ? mismatch(tag, op->check(), it->check)
-                 : it->bytes != bytes ? desync(tag, bytes, it->bytes)
-                                      : kind_mismatch(tag, op->device));
-    if (it->rendezvous && it->complete && !it->asked) {
-      replies_.push_back({kRvDoneTag, it->rv.id, it->lane});  // let the send complete
-      rv_exchange_.store(true, std::memory_order_release);
-    } else if (incoming != nullptr) {  // still arriving: drop the rest (a rendezvous
-      incoming->unexpected = nullptr;  // then answers kRvDoneTag)
-      if (!it->rendezvous) incoming->dest = nullptr;
-    }
-  } else if (it->rendezvous) {
-    if (it->asked) {  // its payload is on the way: into this receive
-      Progress ignored;
-      *lost_message = await_payload_locked(op, it->rv.id, &ignored);
-    } else if (incoming == nullptr) {
-      Progress ignored;
-      *lost_message = fetch_locked(it->lane, op, it->rv, it->device_descriptor.get(), &ignored);
-    } else {  // its descriptor is still arriving
-      incoming->op = op;
-      incoming->unexpected = nullptr;
-    }
-  } else if (it->device_data) {  // a device payload imported before its receive
-    const std::string why =
-        lanes_[it->lane].channel->device()->copy_device(op->data, it->device_data.get(), bytes);
-    if (why.empty()) {
-      op->complete(nullptr);
-    } else {
-      Progress ignored;
-      *lost_message = fail_op(op, why, &ignored);
-    }
-  } else if (incoming == nullptr) {
-    if (bytes > 0) std::memcpy(op->data, it->data.get(), bytes);
-    op->complete(nullptr);
-  } else {
-    // It is the message being read: take what arrived, the rest goes straight to `data`.
-    if (incoming->got > 0) std::memcpy(op->data, it->data.get(), incoming->got);
-    incoming->dest = op->data;
-    incoming->op = op;
-    incoming->unexpected = nullptr;
-  }
-  forget_locked(*it);
-  unexpected_.erase(it);
-}
-
-void Peer::forget_locked(const Unexpected& u) {
-  if (u.check.w0 != 0) book_.early.fetch_sub(1);
-}
-
-std::string Peer::find_desync() {
-  MutexLock lock(recv_mu_);
-  for (const Unexpected& u : unexpected_) {
-    if (u.check.w0 == 0) continue;
-    std::string report = judge(u.tag, u.check);
-    if (!report.empty()) return report;
-  }
-  return {};
-}
-
-std::string Peer::judge(uint64_t tag, Check theirs) const {
-  const CollectiveBook::View view = book_.view(tag);
-  if (view.finished) return stale(tag, theirs);
-  if (tdist::core::fingerprints_agree(view.running, theirs)) return {};
-  return kDesyncMark + mismatch_text(tag, view.running, theirs);
-}
-
-std::string Peer::mismatch_text(uint64_t tag, Check mine, Check theirs) const {
-  const uint64_t seq = CollectiveBook::tag_seq(tag);
-  return desync_text(self_rank_, tdist::core::OpFingerprint::decode(mine).describe(seq), rank_,
-                     tdist::core::OpFingerprint::decode(theirs).describe(seq));
-}
-
-std::exception_ptr Peer::mismatch(uint64_t tag, Check mine, Check theirs) const {
-  return std::make_exception_ptr(DesyncError(mismatch_text(tag, mine, theirs)));
-}
-
-std::string Peer::stale(uint64_t tag, Check theirs) const {
-  const uint64_t seq = CollectiveBook::tag_seq(tag);
-  return kDesyncMark +
-         desync_text(self_rank_, book_.describe(seq), rank_,
-                     tdist::core::OpFingerprint::decode(theirs).describe(seq)) +
-         detail::str_cat(" (rank ", rank_, " sent a message that rank ", self_rank_,
-                         "'s operation finished without receiving)");
-}
-
-std::exception_ptr Peer::kind_mismatch(uint64_t tag, bool receive_on_device) const {
-  return std::make_exception_ptr(DesyncError(detail::str_cat(
-      "rank ", self_rank_, ": message from rank ", rank_, " with tag 0x", std::hex, tag, std::dec,
-      " is in ", receive_on_device ? "host" : "device",
-      " memory, but the receive posted for it is in ", receive_on_device ? "device" : "host",
-      " memory (ranks disagree on where the buffers are)")));
-}
-
-std::exception_ptr Peer::desync(uint64_t tag, size_t expected, size_t actual) const {
-  return std::make_exception_ptr(DesyncError(detail::str_cat(
-      "rank ", self_rank_, ": message from rank ", rank_, " with tag 0x", std::hex, tag, std::dec,
-      " has ", actual, " bytes, but the receive posted for it expects ", expected,
-      " bytes (ranks disagree on the operation or its size)")));
-}
 
 std::string Peer::unblock_locked(Progress* progress) {
   while (!recv_error_) {
@@ -177,6 +45,8 @@ bool Peer::read_direct_locked(Lane& lane, Progress* progress) {
       lane.next_seq != recv_seq_) {
     return false;
   }
+  // With any-source receives waiting, take_receive_locked decides on the path below.
+  if (is_p2p_tag(header.tag) && !any_.empty()) return false;
   auto it = std::find_if(posted_.begin(), posted_.end(),
                          [&](const std::shared_ptr<Op>& op) { return op->tag == header.tag; });
   if (it == posted_.end() || (*it)->bytes != header.bytes || (*it)->device ||
@@ -366,11 +236,7 @@ std::string Peer::start_message_locked(size_t lane_index, const WireHeader& head
       incoming.message_bytes = bytes;
       incoming.dest = words;
     }
-    auto it = std::find_if(posted_.begin(), posted_.end(),
-                           [&](const std::shared_ptr<Op>& op) { return op->tag == tag; });
-    if (it != posted_.end()) {
-      std::shared_ptr<Op> op = std::move(*it);
-      posted_.erase(it);
+    if (std::shared_ptr<Op> op = take_receive_locked(tag)) {
       const bool agree = tdist::core::fingerprints_agree(op->check(), check);
       if (!agree || op->bytes != bytes || op->device != device) {  // the payload is dropped
         op->complete(!agree               ? mismatch(tag, op->check(), check)
@@ -399,6 +265,7 @@ std::string Peer::start_message_locked(size_t lane_index, const WireHeader& head
       }
       incoming.unexpected = &unexpected_.back();
       incoming.unexpected->device = device;
+      if (is_p2p_tag(tag)) incoming.unexpected->arrival = any_.next_arrival();
       if (!rendezvous) incoming.dest = incoming.unexpected->data.get();
       if (check.w0 != 0) {
         // Counted before the book is read (collective_book.h's `early`).

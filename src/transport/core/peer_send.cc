@@ -20,10 +20,11 @@ constexpr int kGoodbyePollMs = 10;
 }  // namespace
 
 Peer::Peer(int self_rank, int rank, std::vector<std::unique_ptr<Channel>> lanes,
-           CollectiveBook& book)
+           CollectiveBook& book, AnySourceQueue& any)
     : self_rank_(self_rank),
       rank_(rank),
       book_(book),
+      any_(any),
       lanes_(lanes.size()),
       nlanes_(lanes.size()),
       token_salt_(reinterpret_cast<uint64_t>(this) ^
@@ -358,6 +359,13 @@ std::string Peer::cancel(Op& op) {
     if (lane.incoming.op.get() == &op) {
       lane.incoming.op.reset();
       lane.incoming.dest = nullptr;  // drop the rest of the payload
+    }
+  }
+  // A receive whose payload was asked for: the payload is dropped when it comes.
+  for (auto awaited = rv_recvs_.begin(); awaited != rv_recvs_.end(); ++awaited) {
+    if (awaited->second.get() == &op) {
+      rv_recvs_.erase(awaited);
+      break;
     }
   }
   return {};
