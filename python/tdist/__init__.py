@@ -64,3 +64,35 @@ if BACKEND.upper() not in dist.Backend._plugins:  # imported once per process
     if "devices" in inspect.signature(dist.Backend.register_backend).parameters:
         _devices = {"devices": ["cpu", "cuda"]}
     dist.Backend.register_backend(BACKEND, _create_backend, extended_api=True, **_devices)
+
+
+# tdist keeps its own flight record of every group's collectives (TDIST_FLIGHT_RECORDER_SIZE,
+# written when a group fails and on tdist-status's request), so torch's per-call recorder
+# hook, which torch attaches to third-party backends, would only repeat it at ~2 us a call.
+_self_recording = getattr(dist.distributed_c10d, "_FR_SELF_RECORDING_BACKENDS", None)
+if _self_recording is not None:
+    _self_recording.add(BACKEND)
+
+
+# DDP's logging data takes the backend's name from c10d's ProcessGroup, which calls every
+# third-party backend "custom"; name it as dist.get_backend() does.
+def _name_backend_in_ddp_logging():
+    ddp_class = getattr(torch.nn.parallel, "DistributedDataParallel", None)
+    original = getattr(ddp_class, "_get_ddp_logging_data", None)
+    if original is None or getattr(original, "_tdist", False):
+        return
+
+    def _get_ddp_logging_data(self):
+        data = original(self)
+        if data.get("backend_name") == "custom":
+            try:
+                data["backend_name"] = dist.get_backend(self.process_group)
+            except (RuntimeError, ValueError):
+                pass
+        return data
+
+    _get_ddp_logging_data._tdist = True
+    ddp_class._get_ddp_logging_data = _get_ddp_logging_data
+
+
+_name_backend_in_ddp_logging()

@@ -3,6 +3,7 @@
 
 #include <utility>
 
+#include "backend_calls.h"
 #include "store_adapter.h"
 #include "tdist/backend.h"
 #include "tdist/error.h"
@@ -10,7 +11,6 @@
 #include "torch_work.h"
 
 namespace tdist::python {
-namespace {
 
 namespace tt = tdist::torch;
 using ::c10d::OpType;
@@ -53,30 +53,6 @@ ReduceOp to_reduce_op(const ::c10d::ReduceOp& op) {
               "premul_sum)");
 }
 
-// The one entry of a per-rank list (torch.distributed's functions pass one).
-template <typename T>
-T& single(std::vector<T>& list, const char* op, const char* what) {
-  if (list.size() != 1) {
-    TDIST_THROW(InvalidArgument, op, ": tdist takes exactly one ", what, " per call, got ",
-                list.size());
-  }
-  return list[0];
-}
-
-// Whether the caller waits for the operation right away (async_op=False: torch 2.x tells
-// through the options); then the calling thread runs it at once, with no hand-off to the
-// group's worker thread.
-template <typename Opts>
-bool caller_waits(const Opts& opts) {
-  if constexpr (requires { opts.asyncOp; }) {
-    return !opts.asyncOp;
-  } else {
-    return false;
-  }
-}
-
-}  // namespace
-
 TdistBackend::TdistBackend(std::shared_ptr<tdist::ProcessGroup> group, std::string engine)
     : TorchBackendBase(group->rank(), group->size()),
       group_(std::move(group)),
@@ -99,47 +75,65 @@ c10::intrusive_ptr<TdistBackend> TdistBackend::create(
   });
 }
 
-// Each call: validate and issue on the caller's thread (errors as torch's), run it there
-// when the caller waits at once, then hand torch a TorchWork over the tdist Works and the
-// tensors result() returns.
-#define TDIST_ISSUE_NOW(type, outputs, run_now, ...)                                              \
-  torch_errors([&] {                                                                              \
-    std::vector<WorkPtr> works;                                                                   \
-    __VA_ARGS__;                                                                                  \
-    if (run_now) {                                                                                \
-      for (const auto& w : works) w->wait();                                                      \
-    }                                                                                             \
-    return c10::make_intrusive<TorchWork>(getRank(), type, std::move(works), outputs, progress_); \
-  })
-#define TDIST_ISSUE(type, outputs, ...) \
-  TDIST_ISSUE_NOW(type, outputs, caller_waits(opts), __VA_ARGS__)
+TdistBackend::WorkRef TdistBackend::issue(OpType type, std::vector<WorkPtr> works,
+                                          std::vector<at::Tensor> outputs, bool run_now,
+                                          std::chrono::milliseconds timeout) {
+  const bool p2p = type == OpType::SEND || type == OpType::RECV || type == OpType::RECVANYSOURCE;
+  if (!p2p) collectives_.fetch_add(1, std::memory_order_relaxed);
+  if (coalescing_on_.load(std::memory_order_acquire)) coalesce(works, outputs);
+  const std::chrono::milliseconds limit = timeout_of(timeout);
+  auto work = c10::make_intrusive<TorchWork>(
+      getRank(), type, std::move(works), std::move(outputs), progress_,
+      limit == ::c10d::kUnsetTimeout ? Deadline::never() : Deadline::after(limit),
+      timing_.load(std::memory_order_relaxed));
+  // The caller waits at once (async_op=False): its thread runs the operation now, with no
+  // hand-off to the group's worker thread.
+  if (run_now) work->wait(kNoTimeout);
+  return work;
+}
 
 TdistBackend::WorkRef TdistBackend::broadcast(Tensors& tensors,
                                               const ::c10d::BroadcastOptions& opts) {
   return TDIST_ISSUE(OpType::BROADCAST, tensors, {
     works.push_back(tt::broadcast_async(single(tensors, "broadcast", "tensor"),
-                                        static_cast<int>(opts.rootRank), group_));
+                                        static_cast<int>(opts.rootRank), group()));
   });
 }
 
 TdistBackend::WorkRef TdistBackend::allreduce(Tensors& tensors,
                                               const ::c10d::AllreduceOptions& opts) {
+  if (tensors.size() == 1 && tensors[0].is_sparse()) return sparse_allreduce(tensors, opts);
   return TDIST_ISSUE(OpType::ALLREDUCE, tensors, {
     const ReduceOp op = to_reduce_op(opts.reduceOp);
-    for (auto& t : tensors) works.push_back(tt::all_reduce_async(t, op, group_));
+    for (auto& t : tensors) works.push_back(tt::all_reduce_async(t, op, group()));
   });
 }
 
-TdistBackend::WorkRef TdistBackend::allreduce_coalesced(
-    Tensors& tensors, const ::c10d::AllreduceCoalescedOptions& opts) {
-  return allreduce(tensors, opts);
+// A sparse tensor's sum, gathered (tdist_torch's all_reduce_sparse) and copied into it as
+// gloo does; blocking, so the Work is complete when returned.
+TdistBackend::WorkRef TdistBackend::sparse_allreduce(Tensors& tensors,
+                                                     const ::c10d::AllreduceOptions& opts) {
+  return TDIST_ISSUE(OpType::ALLREDUCE, tensors, {
+    TDIST_CHECK(opts.reduceOp.op_ == ::c10d::ReduceOp::SUM, InvalidArgument,
+                "all_reduce: a sparse tensor can only be summed (ReduceOp.SUM)");
+    at::Tensor& t = single(tensors, "all_reduce", "tensor");
+    const at::Tensor sum = tt::all_reduce_sparse(t, group());
+    t.copy_(sum);
+  });
 }
+
+#if TORCH_VERSION_MAJOR >= 2
+TdistBackend::WorkRef TdistBackend::allreduce_sparse(Tensors& tensors,
+                                                     const ::c10d::AllreduceOptions& opts) {
+  return sparse_allreduce(tensors, opts);
+}
+#endif
 
 TdistBackend::WorkRef TdistBackend::reduce(Tensors& tensors, const ::c10d::ReduceOptions& opts) {
   return TDIST_ISSUE(OpType::REDUCE, tensors, {
     works.push_back(tt::reduce_async(single(tensors, "reduce", "tensor"),
                                      static_cast<int>(opts.rootRank), to_reduce_op(opts.reduceOp),
-                                     group_));
+                                     group()));
   });
 }
 
@@ -147,28 +141,14 @@ TdistBackend::WorkRef TdistBackend::allgather(TensorLists& outputs, Tensors& inp
                                               const ::c10d::AllgatherOptions& opts) {
   return TDIST_ISSUE(OpType::ALLGATHER, single(outputs, "all_gather", "output list"), {
     works.push_back(
-        tt::all_gather_async(outputs[0], single(inputs, "all_gather", "input"), group_));
+        tt::all_gather_async(outputs[0], single(inputs, "all_gather", "input"), group()));
   });
 }
 
 TdistBackend::WorkRef TdistBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                     const ::c10d::AllgatherOptions& opts) {
-  return TDIST_ISSUE(OpType::_ALLGATHER_BASE, Tensors{output},
-                     { works.push_back(tt::all_gather_into_tensor_async(output, input, group_)); });
-}
-
-TdistBackend::WorkRef TdistBackend::allgather_coalesced(TensorLists& outputs, Tensors& inputs,
-                                                        const ::c10d::AllgatherOptions& opts) {
-  Tensors flat;
-  for (const auto& list : outputs) flat.insert(flat.end(), list.begin(), list.end());
-  return TDIST_ISSUE(OpType::ALLGATHER_COALESCED, flat, {
-    if (outputs.size() != inputs.size()) {
-      TDIST_THROW(InvalidArgument, "all_gather_coalesced: ", outputs.size(), " output lists for ",
-                  inputs.size(), " inputs");
-    }
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      works.push_back(tt::all_gather_async(outputs[i], inputs[i], group_));
-    }
+  return TDIST_ISSUE(OpType::_ALLGATHER_BASE, Tensors{output}, {
+    works.push_back(tt::all_gather_into_tensor_async(output, input, group()));
   });
 }
 
@@ -178,7 +158,7 @@ TdistBackend::WorkRef TdistBackend::gather(TensorLists& outputs, Tensors& inputs
   Tensors gathered = getRank() == root && !outputs.empty() ? outputs[0] : Tensors{};
   return TDIST_ISSUE(OpType::GATHER, gathered, {
     if (getRank() == root) single(outputs, "gather", "output list");
-    works.push_back(tt::gather_async(single(inputs, "gather", "input"), gathered, root, group_));
+    works.push_back(tt::gather_async(single(inputs, "gather", "input"), gathered, root, group()));
   });
 }
 
@@ -187,7 +167,7 @@ TdistBackend::WorkRef TdistBackend::scatter(Tensors& outputs, TensorLists& input
   const int root = static_cast<int>(opts.rootRank);
   return TDIST_ISSUE(OpType::SCATTER, outputs, {
     const Tensors pieces = getRank() == root ? single(inputs, "scatter", "input list") : Tensors{};
-    works.push_back(tt::scatter_async(single(outputs, "scatter", "output"), pieces, root, group_));
+    works.push_back(tt::scatter_async(single(outputs, "scatter", "output"), pieces, root, group()));
   });
 }
 
@@ -196,7 +176,7 @@ TdistBackend::WorkRef TdistBackend::reduce_scatter(Tensors& outputs, TensorLists
   return TDIST_ISSUE(OpType::REDUCE_SCATTER, outputs, {
     works.push_back(tt::reduce_scatter_async(single(outputs, "reduce_scatter", "output"),
                                              single(inputs, "reduce_scatter", "input list"),
-                                             to_reduce_op(opts.reduceOp), group_));
+                                             to_reduce_op(opts.reduceOp), group()));
   });
 }
 
@@ -204,7 +184,7 @@ TdistBackend::WorkRef TdistBackend::_reduce_scatter_base(at::Tensor& output, at:
                                                          const ::c10d::ReduceScatterOptions& opts) {
   return TDIST_ISSUE(OpType::_REDUCE_SCATTER_BASE, Tensors{output}, {
     works.push_back(
-        tt::reduce_scatter_tensor_async(output, input, to_reduce_op(opts.reduceOp), group_));
+        tt::reduce_scatter_tensor_async(output, input, to_reduce_op(opts.reduceOp), group()));
   });
 }
 
@@ -214,69 +194,14 @@ TdistBackend::WorkRef TdistBackend::alltoall_base(at::Tensor& output, at::Tensor
                                                   const ::c10d::AllToAllOptions& opts) {
   return TDIST_ISSUE(OpType::ALLTOALL_BASE, Tensors{output}, {
     works.push_back(
-        tt::all_to_all_single_async(output, input, output_split_sizes, input_split_sizes, group_));
+        tt::all_to_all_single_async(output, input, output_split_sizes, input_split_sizes, group()));
   });
 }
 
 TdistBackend::WorkRef TdistBackend::alltoall(Tensors& outputs, Tensors& inputs,
                                              const ::c10d::AllToAllOptions& opts) {
   return TDIST_ISSUE(OpType::ALLTOALL, outputs,
-                     { works.push_back(tt::all_to_all_async(outputs, inputs, group_)); });
+                     { works.push_back(tt::all_to_all_async(outputs, inputs, group())); });
 }
-
-TdistBackend::WorkRef TdistBackend::send(Tensors& tensors, int dst, int tag) {
-  return TDIST_ISSUE_NOW(OpType::SEND, Tensors{}, false, {
-    works.push_back(
-        tt::isend(single(tensors, "send", "tensor"), dst, group_, static_cast<uint32_t>(tag)));
-  });
-}
-
-TdistBackend::WorkRef TdistBackend::recv(Tensors& tensors, int src, int tag) {
-  return TDIST_ISSUE_NOW(OpType::RECV, tensors, false, {
-    works.push_back(
-        tt::irecv(single(tensors, "recv", "tensor"), src, group_, static_cast<uint32_t>(tag)));
-  });
-}
-
-TdistBackend::WorkRef TdistBackend::recvAnysource(Tensors& /*tensors*/, int /*tag*/) {
-  return TDIST_ISSUE_NOW(OpType::RECVANYSOURCE, Tensors{}, false, {
-    TDIST_THROW(InvalidArgument,
-                "recv: tdist matches messages by source rank; pass src= (receiving from "
-                "any source is not supported)");
-  });
-}
-
-TdistBackend::WorkRef TdistBackend::barrier(const ::c10d::BarrierOptions& opts) {
-  return TDIST_ISSUE(OpType::BARRIER, Tensors{}, { works.push_back(tt::barrier_async(group_)); });
-}
-
-#if TORCH_VERSION_MAJOR >= 2
-TdistBackend::WorkRef TdistBackend::allgather_into_tensor_coalesced(
-    Tensors& outputs, Tensors& inputs, const ::c10d::AllgatherOptions& opts) {
-  return TDIST_ISSUE(OpType::ALLGATHER_INTO_TENSOR_COALESCED, outputs, {
-    if (outputs.size() != inputs.size()) {
-      TDIST_THROW(InvalidArgument, "all_gather_into_tensor_coalesced: ", outputs.size(),
-                  " outputs for ", inputs.size(), " inputs");
-    }
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      works.push_back(tt::all_gather_into_tensor_async(outputs[i], inputs[i], group_));
-    }
-  });
-}
-
-TdistBackend::WorkRef TdistBackend::reduce_scatter_tensor_coalesced(
-    Tensors& outputs, Tensors& inputs, const ::c10d::ReduceScatterOptions& opts) {
-  return TDIST_ISSUE(OpType::REDUCE_SCATTER_TENSOR_COALESCED, outputs, {
-    if (outputs.size() != inputs.size()) {
-      TDIST_THROW(InvalidArgument, "reduce_scatter_tensor_coalesced: ", outputs.size(),
-                  " outputs for ", inputs.size(), " inputs");
-    }
-    const ReduceOp op = to_reduce_op(opts.reduceOp);
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      works.push_back(tt::reduce_scatter_tensor_async(outputs[i], inputs[i], op, group_));
-    }
-  });
-}
-#endif
 
 }  // namespace tdist::python

@@ -6,11 +6,19 @@
 //
 // The tdist group is made by the tdist backend named `engine` ("auto", "tcp" or "shm")
 // over the store torch.distributed hands the backend, so each torch group (the default
-// one and every new_group) is its own tdist group. Tensors: CPU, any tdist dtype,
-// contiguous or not, as tdist_torch takes them; a tensor on another device is a
-// ValueError naming the device. Every call that takes a list of tensors per rank takes one
-// entry, as torch.distributed's own functions pass. recv needs a source rank.
-// Thread-safety: as a tdist ProcessGroup's; calls are ordered by their issue.
+// one and every new_group) is its own tdist group; split_group's groups come from the
+// parent's tdist group (ProcessGroup::split). Tensors: CPU, any tdist dtype, contiguous
+// or not, as tdist_torch takes them; sparse COO tensors for all_reduce (sum); a tensor on
+// another device is a ValueError naming the device. Calls that take a list of tensors per
+// rank take one entry, as torch.distributed's own functions pass; the *_coalesced calls
+// take many and run them as one operation of the group (backend_coalesced.cc).
+//
+// What c10d::Backend offers beyond the collectives (backend_group.cc): any-source receive
+// (Work::sourceRank), coalescing (startCoalescing/endCoalescing: the point-to-point calls in
+// between become one batch_isend_irecv), split, setTimeout and per-call timeouts,
+// monitoredBarrier, sequence numbers, collective timing, shutdown and abort.
+// Thread-safety: as a tdist ProcessGroup's; calls are ordered by their issue. Coalescing
+// belongs to the thread that started it, as c10d's does.
 #pragma once
 
 #include <torch/version.h>
@@ -20,13 +28,16 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #endif
 
+#include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "python/progress_thread.h"
 #include "tdist/process_group.h"
+#include "tdist/thread_annotations.h"
 
 namespace tdist::python {
 
@@ -38,6 +49,12 @@ using TorchBackendBase = ::c10d::Backend;
 #else
 using TorchBackendBase = ::c10d::ProcessGroup;
 #endif
+
+// The Works and outputs of the calls made since startCoalescing, for endCoalescing's Work.
+struct Coalescing {
+  std::vector<WorkPtr> works;
+  std::vector<at::Tensor> outputs;
+};
 
 class TdistBackend final : public TorchBackendBase {
  public:
@@ -53,7 +70,8 @@ class TdistBackend final : public TorchBackendBase {
   const std::string getBackendName() const override { return "tdist"; }
   // The tdist engine this group was made with ("auto", "tcp" or "shm").
   const std::string& engine() const { return engine_; }
-  const std::shared_ptr<tdist::ProcessGroup>& group() const { return group_; }
+  // The tdist group; InvalidArgument once shutdown() released it.
+  const std::shared_ptr<tdist::ProcessGroup>& group() const;
 
   using Tensors = std::vector<at::Tensor>;
   using TensorLists = std::vector<std::vector<at::Tensor>>;
@@ -86,18 +104,50 @@ class TdistBackend final : public TorchBackendBase {
   WorkRef recv(Tensors& tensors, int src, int tag) override;
   WorkRef recvAnysource(Tensors& tensors, int tag) override;
   WorkRef barrier(const ::c10d::BarrierOptions& opts) override;
+  void monitoredBarrier(const ::c10d::BarrierOptions& opts, bool wait_all_ranks) override;
+  uint64_t getSequenceNumberForGroup() override;
+  void setSequenceNumberForGroup() override {}  // tdist's numbers start at 0 on every rank
 #if TORCH_VERSION_MAJOR >= 2
+  WorkRef allreduce_sparse(Tensors& tensors, const ::c10d::AllreduceOptions& opts) override;
   WorkRef allgather_into_tensor_coalesced(Tensors& outputs, Tensors& inputs,
                                           const ::c10d::AllgatherOptions& opts) override;
   WorkRef reduce_scatter_tensor_coalesced(Tensors& outputs, Tensors& inputs,
                                           const ::c10d::ReduceScatterOptions& opts) override;
-  void abort() override { group_->abort(); }
-  void shutdown() override {}
+  bool supportsCoalescing() const override { return true; }
+  void startCoalescing() override;
+  WorkRef endCoalescing() override;
+  bool supportsSplitting() const override { return true; }
+  c10::intrusive_ptr<::c10d::Backend> split(const c10::intrusive_ptr<::c10d::Store>& store,
+                                            const std::vector<int>& ranks,
+                                            const c10::intrusive_ptr<Options>& opts) override;
+  void setTimeout(std::chrono::milliseconds timeout) override;
+  void enableCollectivesTiming() override { timing_ = true; }
+  c10::intrusive_ptr<Options> getBackendOptions() override;
+  void abort() override;
+  void shutdown() override;
 #endif
 
+  // The deadline of a wait that the call's options bound: theirs when set, else the
+  // group's timeout (setTimeout) as it is now.
+  std::chrono::milliseconds timeout_of(std::chrono::milliseconds option) const;
+
  private:
+  // Wraps the tdist Works of one call as torch's Work (run now when the caller waits).
+  WorkRef issue(::c10d::OpType type, std::vector<WorkPtr> works, std::vector<at::Tensor> outputs,
+                bool run_now, std::chrono::milliseconds timeout = ::c10d::kUnsetTimeout);
+  WorkRef sparse_allreduce(Tensors& tensors, const ::c10d::AllreduceOptions& opts);
+  // Adds a call's Works to endCoalescing's, when coalescing.
+  void coalesce(const std::vector<WorkPtr>& works, const std::vector<at::Tensor>& outputs)
+      TDIST_EXCLUDES(coalescing_mu_);
+
   std::shared_ptr<tdist::ProcessGroup> group_;
   std::string engine_;
+  std::atomic<int64_t> timeout_ms_{-1};     // setTimeout's, for waits; -1: the group's own
+  std::atomic<bool> timing_{false};         // enableCollectivesTiming
+  std::atomic<uint64_t> collectives_{0};    // issued so far: the group's sequence number
+  std::atomic<bool> coalescing_on_{false};  // coalescing_ is set (checked without the lock)
+  Mutex coalescing_mu_;
+  std::unique_ptr<Coalescing> coalescing_ TDIST_GUARDED_BY(coalescing_mu_);
   // Waits on the point-to-point Works whose futures were taken; stopped before group_ goes.
   const std::shared_ptr<ProgressThread> progress_ = std::make_shared<ProgressThread>();
 };

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "tdist/error.h"
@@ -36,6 +37,19 @@ std::exception_ptr backend_error(const char* what) {
 #endif
 }
 
+// A timeout in the words torch's callers look for (" Timed out "), tdist's text after them.
+std::string timed_out(const char* what) {
+  std::string_view rest = what;
+  if (rest.rfind("tdist: ", 0) == 0) rest.remove_prefix(7);
+  return "tdist: Timed out while waiting: " + std::string(rest);
+}
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
 
 std::exception_ptr to_torch_error(std::exception_ptr error) {
@@ -47,7 +61,7 @@ std::exception_ptr to_torch_error(std::exception_ptr error) {
   } catch (const PeerError& e) {
     return backend_error(e.what());
   } catch (const TimeoutError& e) {
-    return backend_error(e.what());
+    return backend_error(timed_out(e.what()).c_str());
   } catch (const DesyncError& e) {
     return backend_error(e.what());
   } catch (const Error& e) {
@@ -58,12 +72,42 @@ std::exception_ptr to_torch_error(std::exception_ptr error) {
 }
 
 TorchWork::TorchWork(int rank, ::c10d::OpType type, std::vector<WorkPtr> works,
-                     std::vector<at::Tensor> outputs, std::shared_ptr<ProgressThread> progress)
+                     std::vector<at::Tensor> outputs, std::shared_ptr<ProgressThread> progress,
+                     Deadline deadline, bool timed)
     : ::c10d::Work(rank, type),
       works_(std::move(works)),
       outputs_(std::move(outputs)),
-      p2p_(type == ::c10d::OpType::SEND || type == ::c10d::OpType::RECV),
-      progress_(std::move(progress)) {}
+      p2p_(type == ::c10d::OpType::SEND || type == ::c10d::OpType::RECV ||
+           type == ::c10d::OpType::RECVANYSOURCE),
+      progress_(std::move(progress)),
+      deadline_(deadline),
+      issued_ns_(timed ? steady_ns() : 0) {
+  if (!timed) return;
+  finished_ns_ = std::make_shared<std::atomic<int64_t>>(0);
+  auto left = std::make_shared<std::atomic<size_t>>(works_.size());
+  if (works_.empty()) finished_ns_->store(issued_ns_);
+  for (const auto& w : works_) {
+    w->add_callback([left, finished = finished_ns_] {
+      if (left->fetch_sub(1) == 1) finished->store(steady_ns());
+    });
+  }
+}
+
+int TorchWork::sourceRank() const {
+  TDIST_CHECK(opType_ == ::c10d::OpType::RECVANYSOURCE && works_.size() == 1, InvalidArgument,
+              "sourceRank: only a receive from any source has one");
+  return torch_errors([&] { return works_[0]->source_rank(); });
+}
+
+#if TORCH_VERSION_MAJOR >= 2
+float TorchWork::getDuration() const {
+  TORCH_CHECK(finished_ns_ != nullptr,
+              "getDuration: collective timing is off for this group (enableCollectivesTiming)");
+  const int64_t end = finished_ns_->load();
+  TORCH_CHECK(end != 0, "getDuration: the operation has not completed");
+  return static_cast<float>(static_cast<double>(end - issued_ns_) / 1e6);
+}
+#endif
 
 bool TorchWork::isCompleted() {
   for (const auto& w : works_) {
@@ -87,7 +131,8 @@ std::exception_ptr TorchWork::exception() const {
 }
 
 bool TorchWork::wait(std::chrono::milliseconds timeout) {
-  const Deadline deadline = timeout == kNoTimeout ? Deadline::never() : Deadline::after(timeout);
+  const Deadline deadline = Deadline::earliest(
+      deadline_, timeout == kNoTimeout ? Deadline::never() : Deadline::after(timeout));
   torch_errors([&] {
     for (const auto& w : works_) w->wait(deadline);
     return 0;

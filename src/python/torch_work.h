@@ -6,18 +6,28 @@
 // collective, as in the C++ API) and rethrows their error as torch does: PeerError,
 // TimeoutError and DesyncError as torch.distributed.DistBackendError, InvalidArgument as
 // ValueError, anything else as RuntimeError, each message starting "tdist: ".
-// getFuture() returns a future completed with result() (the output tensors) when every
-// operation finished, on the thread that finished the last one; point-to-point operations,
-// which some transports move only while somebody waits, are handed to the backend's
-// progress thread for it (progress_thread.h).
+// A call with a timeout of its own (its options' or the backend's setTimeout) gives the
+// Work a deadline from its issue: a wait past it raises the timeout error, and leaves the
+// operation to the group, whose own timeout ends it. getFuture() returns a future completed
+// with result() (the output tensors) when every operation finished, on the thread that
+// finished the last one; point-to-point operations, which some transports move only while
+// somebody waits, are handed to the backend's progress thread for it (progress_thread.h).
+// With timing on (enableCollectivesTiming), getDuration() is the milliseconds from the
+// issue to the finish of the last operation.
 // Thread-safety: as c10d::Work's; any thread may wait or take the future.
 #pragma once
 
+#include <torch/version.h>
+
+#include <atomic>
+#include <cstdint>
 #include <exception>
+#include <memory>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
 
 #include "python/progress_thread.h"
+#include "tdist/deadline.h"
 #include "tdist/thread_annotations.h"
 #include "tdist/work.h"
 
@@ -37,9 +47,12 @@ auto torch_errors(F&& fn) {
 
 class TorchWork final : public ::c10d::Work {
  public:
-  // `progress`: the backend's progress thread, for the point-to-point Works' futures.
+  // `progress`: the backend's progress thread, for the point-to-point Works' futures;
+  // `deadline`: the call's own (Deadline::never() when the group's timeout applies);
+  // `timed`: whether to measure getDuration().
   TorchWork(int rank, ::c10d::OpType type, std::vector<WorkPtr> works,
-            std::vector<at::Tensor> outputs, std::shared_ptr<ProgressThread> progress);
+            std::vector<at::Tensor> outputs, std::shared_ptr<ProgressThread> progress,
+            Deadline deadline = Deadline::never(), bool timed = false);
 
   bool isCompleted() override;
   bool isSuccess() const override;
@@ -48,12 +61,21 @@ class TorchWork final : public ::c10d::Work {
   void synchronize() override {}
   bool wait(std::chrono::milliseconds timeout) override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override TDIST_EXCLUDES(mu_);
+  // The rank a receive from any source got its message from (after wait()).
+  int sourceRank() const override;
+#if TORCH_VERSION_MAJOR >= 2
+  float getDuration() const override;
+#endif
 
  private:
   const std::vector<WorkPtr> works_;
   const std::vector<at::Tensor> outputs_;
   const bool p2p_;
   const std::shared_ptr<ProgressThread> progress_;
+  const Deadline deadline_;
+  // Timing: the issue, and the finish of the last operation (0 until then), in steady ns.
+  const int64_t issued_ns_;
+  std::shared_ptr<std::atomic<int64_t>> finished_ns_;  // null unless timed
   Mutex mu_;
   c10::intrusive_ptr<c10::ivalue::Future> future_ TDIST_GUARDED_BY(mu_);  // made on first use
 };

@@ -15,51 +15,21 @@
 #include "tdist/distributed.h"
 #include "tdist/error.h"
 #include "tdist/torch/types.h"
+#include "tensor_checks.h"
 #include "tensor_work.h"
 
 namespace tdist::torch {
 namespace {
 
+using checks::check_like;
+using checks::check_list;
+using checks::check_tensor;
+using checks::count_of;
+using checks::staging;
 using tdist::detail::str_cat;
 using ::torch::Tensor;
 
 constexpr bool kTorchCuda = TDIST_TORCH_CUDA != 0;
-
-// ---- checks ---------------------------------------------------------------------------
-
-DType check_tensor(const char* op, const std::string& what, const Tensor& t) {
-  TDIST_CHECK(t.defined(), InvalidArgument, op, ": ", what, " is an undefined tensor");
-  TDIST_CHECK(t.device().is_cpu() || (kTorchCuda && t.device().is_cuda()), InvalidArgument,
-              detail::device_error(t.device()), " (", op, ": ", what, ")");
-  TDIST_CHECK(t.layout() == ::torch::kStrided, InvalidArgument, op, ": ", what, " has layout ",
-              t.layout(), "; only dense (strided) tensors are supported");
-  try {
-    return to_dtype(t.scalar_type());
-  } catch (const InvalidArgument& e) {
-    throw InvalidArgument(str_cat(op, ": ", what, ": ", e.what()));
-  }
-}
-
-// `t` must have `ref`'s dtype, and its shape when `same_shape`.
-void check_like(const char* op, const std::string& what, const Tensor& t, const char* ref_name,
-                const Tensor& ref, bool same_shape) {
-  check_tensor(op, what, t);
-  TDIST_CHECK(t.scalar_type() == ref.scalar_type(), InvalidArgument, op, ": ", what, " has dtype ",
-              t.scalar_type(), " but ", ref_name, " has ", ref.scalar_type());
-  TDIST_CHECK(!same_shape || t.sizes() == ref.sizes(), InvalidArgument, op, ": ", what,
-              " has shape ", t.sizes(), " but ", ref_name, " has ", ref.sizes());
-}
-
-// One tensor per rank of `pg`, each checked against `ref` as check_like does.
-void check_list(const char* op, const char* what, const std::vector<Tensor>& list,
-                const ProcessGroup& pg, const char* ref_name, const Tensor& ref, bool same_shape) {
-  TDIST_CHECK(list.size() == static_cast<size_t>(pg.size()), InvalidArgument, op, ": ", what,
-              " holds ", list.size(), " tensors; it needs one per rank of the group (", pg.size(),
-              ")");
-  for (size_t i = 0; i < list.size(); ++i) {
-    check_like(op, str_cat(what, "[", i, "]"), list[i], ref_name, ref, same_shape);
-  }
-}
 
 void check_rank(const char* op, const char* what, int r, const ProcessGroup& pg) {
   TDIST_CHECK(r >= 0 && r < pg.size(), InvalidArgument, op, ": ", what, " ", r,
@@ -70,18 +40,6 @@ void check_empty_off_root(const char* op, const char* what, const std::vector<Te
                           const char* root_name, int root, const ProcessGroup& pg) {
   TDIST_CHECK(list.empty(), InvalidArgument, op, ": ", what, " must be empty on ranks other than ",
               root_name, " (", root, "); rank ", pg.rank(), " was given ", list.size(), " tensors");
-}
-
-size_t count_of(const Tensor& t) { return static_cast<size_t>(t.numel()); }
-
-// The call's Staging over `ones` and every tensor of `lists` (tensor_work.h).
-Staging staging(const char* op, const ProcessGroup& pg, std::initializer_list<const Tensor*> ones,
-                std::initializer_list<const std::vector<Tensor>*> lists = {}) {
-  std::vector<const Tensor*> all(ones);
-  for (const std::vector<Tensor>* list : lists) {
-    for (const Tensor& t : *list) all.push_back(&t);
-  }
-  return open_staging(op, pg, all);
 }
 
 // TDIST_DEBUG=detail: the shape of `t` joins the fingerprint of the collective issued while the
@@ -359,6 +317,16 @@ WorkPtr irecv(const Tensor& tensor, int src, Group group, uint32_t tag) {
                 [&] { return pg->irecv(data, count_of(tensor), dtype, src, tag); });
 }
 
+WorkPtr irecv_any(const Tensor& tensor, Group group, uint32_t tag) {
+  constexpr const char* kOp = "irecv_any";
+  auto pg = group.resolve(kOp);
+  const DType dtype = check_tensor(kOp, "tensor", tensor);
+  Staging s = staging(kOp, *pg, {&tensor});
+  void* data = stage_output(s, kOp, "tensor", tensor, /*keep_values=*/false);
+  return launch(kOp, std::move(s),
+                [&] { return pg->irecv_any(data, count_of(tensor), dtype, tag); });
+}
+
 WorkPtr barrier_async(Group group) {
   auto pg = group.resolve("barrier");
   return launch("barrier", Staging{}, [&] { return pg->barrier(); });
@@ -409,6 +377,11 @@ void send(const Tensor& tensor, int dst, Group group, uint32_t tag) {
 }
 void recv(const Tensor& tensor, int src, Group group, uint32_t tag) {
   irecv(tensor, src, std::move(group), tag)->wait();
+}
+int recv_any(const Tensor& tensor, Group group, uint32_t tag) {
+  WorkPtr work = irecv_any(tensor, std::move(group), tag);
+  work->wait();
+  return work->source_rank();
 }
 void barrier(Group group) { barrier_async(std::move(group))->wait(); }
 

@@ -84,7 +84,8 @@ class TensorWork final : public Work {
       staging_ = {};  // the temporaries are not needed any more
       finished_ = true;
     }
-    finish(error);  // outside mu_: callbacks may poll this Work
+    set_source_rank(inner_->source_rank());  // a receive's sender
+    finish(error);                           // outside mu_: callbacks may poll this Work
   }
 
  private:

@@ -23,7 +23,7 @@ def test_sigkill_mid_all_reduce_raises_within_5s(engine):
         assert r["seconds"] < 5.0, r
 
 
-def test_wrong_device_and_any_source_are_clear_errors():
+def test_wrong_device_is_a_clear_error():
     results, codes = run_ranks(device_errors, 2, timeout=60)
     assert codes == [0, 0]
     for r in results:
@@ -38,6 +38,4 @@ def test_wrong_device_and_any_source_are_clear_errors():
             # memory on this host backend); one without CUDA names the device it refuses.
             cuda = r["messages"]["cuda"]
             assert cuda is None or "cuda" in cuda, cuda
-        anysrc = r["messages"]["any_source"]
-        assert anysrc is not None and "src" in anysrc, anysrc
         assert r["sum"] == [2.0, 2.0, 2.0]

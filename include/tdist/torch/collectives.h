@@ -167,6 +167,32 @@ void send(const ::torch::Tensor& tensor, int dst, Group group = {}, uint32_t tag
 void recv(const ::torch::Tensor& tensor, int src, Group group = {}, uint32_t tag = 0);
 WorkPtr isend(const ::torch::Tensor& tensor, int dst, Group group = {}, uint32_t tag = 0);
 WorkPtr irecv(const ::torch::Tensor& tensor, int src, Group group = {}, uint32_t tag = 0);
+// From any source (ProcessGroup::irecv_any): the Work's source_rank() names the sender once
+// complete; recv_any returns it.
+WorkPtr irecv_any(const ::torch::Tensor& tensor, Group group = {}, uint32_t tag = 0);
+int recv_any(const ::torch::Tensor& tensor, Group group = {}, uint32_t tag = 0);
+
+// Coalesced: many tensors (of one dtype, any shapes) as one operation of the group,
+// through one buffer. all_reduce of every tensor, in place:
+WorkPtr all_reduce_coalesced_async(const std::vector<::torch::Tensor>& tensors,
+                                   ReduceOp op = ReduceOpKind::kSum, Group group = {});
+// outputs[r][i] = rank r's inputs[i] (outputs holds one list per rank, each like inputs):
+WorkPtr all_gather_coalesced_async(const std::vector<std::vector<::torch::Tensor>>& outputs,
+                                   const std::vector<::torch::Tensor>& inputs, Group group = {});
+// all_gather_into_tensor(outputs[i], inputs[i]) for every i:
+WorkPtr all_gather_into_tensor_coalesced_async(const std::vector<::torch::Tensor>& outputs,
+                                               const std::vector<::torch::Tensor>& inputs,
+                                               Group group = {});
+// reduce_scatter_tensor(outputs[i], inputs[i], op) for every i:
+WorkPtr reduce_scatter_tensor_coalesced_async(const std::vector<::torch::Tensor>& outputs,
+                                              const std::vector<::torch::Tensor>& inputs,
+                                              ReduceOp op = ReduceOpKind::kSum, Group group = {});
+
+// The sum over every rank of a sparse COO `tensor` (CPU; every rank's of one shape and
+// dtype), coalesced; blocking. Its indices and values are gathered from every rank (gloo's
+// way): traffic grows with the ranks' non-zeros. InvalidArgument on every rank when the
+// ranks' shapes differ.
+::torch::Tensor all_reduce_sparse(const ::torch::Tensor& tensor, Group group = {});
 
 // Returns (or completes) once every rank of the group has entered the barrier.
 void barrier(Group group = {});

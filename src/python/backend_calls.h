@@ -1,0 +1,62 @@
+// What every file of TdistBackend (backend.h) uses to turn one of torch's calls into
+// tdist's: the reduce op, the one entry of a per-rank list, the call's options (does the
+// caller wait at once, its timeout) and TDIST_ISSUE. Internal to the Python extension.
+#pragma once
+
+#include <chrono>
+#include <vector>
+
+#include "backend.h"
+#include "tdist/error.h"
+#include "tdist/reduce_op.h"
+#include "torch_work.h"
+
+namespace tdist::python {
+
+// torch's reduce op as tdist's; InvalidArgument for one tdist does not have.
+ReduceOp to_reduce_op(const ::c10d::ReduceOp& op);
+
+// The one entry of a per-rank list (torch.distributed's functions pass one).
+template <typename T>
+T& single(std::vector<T>& list, const char* op, const char* what) {
+  if (list.size() != 1) {
+    TDIST_THROW(InvalidArgument, op, ": tdist takes exactly one ", what, " per call, got ",
+                list.size());
+  }
+  return list[0];
+}
+
+// Whether the caller waits for the operation right away (async_op=False: torch 2.x tells
+// through the options); then the calling thread runs it at once, with no hand-off to the
+// group's worker thread.
+template <typename Opts>
+bool caller_waits(const Opts& opts) {
+  if constexpr (requires { opts.asyncOp; }) {
+    return !opts.asyncOp;
+  } else {
+    return false;
+  }
+}
+
+// The call's own timeout (kUnsetTimeout when it has none).
+template <typename Opts>
+std::chrono::milliseconds timeout_option(const Opts& opts) {
+  if constexpr (requires { opts.timeout; }) {
+    return opts.timeout;
+  } else {
+    return ::c10d::kUnsetTimeout;
+  }
+}
+
+}  // namespace tdist::python
+
+// In a TdistBackend member with `opts` in scope: runs the statements (which push_back the
+// tdist Works of the call onto `works`) on the caller's thread, errors as torch's, and
+// returns the TorchWork over them, whose result() is `outputs`.
+#define TDIST_ISSUE(type, outputs, ...)                                                \
+  ::tdist::python::torch_errors([&] {                                                  \
+    std::vector<::tdist::WorkPtr> works;                                               \
+    __VA_ARGS__;                                                                       \
+    return issue(type, std::move(works), outputs, ::tdist::python::caller_waits(opts), \
+                 ::tdist::python::timeout_option(opts));                               \
+  })
