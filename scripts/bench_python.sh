@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # torch.distributed from Python, gloo beside the tdist backend, world 2, in one run:
+#   the cost of one 1 KiB dist.all_reduce call (benchmarks/python/call_latency.py, 5000
+#   calls, best of 5), for gloo, tdist and torch's "fake" backend, which does no
+#   communication: the floor torch's own Python and dispatch set;
 #   all_reduce f32 sum latency and busbw, 1 KiB-64 MiB (../shared/anchors/torch_allreduce.py)
 #   PyTorch's DistributedDataParallel on the anchors' MLP and CNN (torch_ddp_mlp.py,
 #   torch_ddp.py), samples/s, and world 1 (no DDP) for the scaling efficiency.
@@ -40,6 +43,9 @@ run() {
 
 for ((r = 1; r <= rounds; r++)); do
   echo "== round $r/$rounds"
+  for b in gloo tdist fake; do
+    python3 benchmarks/python/call_latency.py "$b" 2>/dev/null | tee -a "$log"
+  done
   for b in gloo tdist; do run "allreduce-$b" "$b" "$anchors/torch_allreduce.py" 2; done
   for b in gloo tdist; do
     run "mlp-$b" "$b" "$anchors/torch_ddp_mlp.py" 2 "$steps"
@@ -58,6 +64,12 @@ for line in open(sys.argv[1]):
     key = (label, kv.get("bytes"))
     rows.setdefault(key, []).append(kv)
 med = lambda key, field: statistics.median(float(kv[field]) for kv in rows[key])
+lat = {b: med((f"latency-{b}", "1024"), "time_us") for b in ("gloo", "tdist", "fake")
+          if (f"latency-{b}", "1024") in rows}
+if lat:
+    print("\none 1 KiB dist.all_reduce from Python, world 2, us (medians of the rounds)")
+    print("  " + ", ".join(f"{b} {v:.2f}" for b, v in lat.items()) +
+          " (fake: no communication, torch's own floor)")
 print("\nall_reduce f32 sum, world 2 (medians)")
 print(f"{'bytes':>10} {'gloo us':>10} {'tdist us':>10} {'gloo GB/s':>10} {'tdist GB/s':>11} {'speedup':>8}")
 for label, size in sorted((k for k in rows if k[0] == "allreduce-gloo"), key=lambda k: int(k[1])):
