@@ -55,3 +55,7 @@ python3 -c 'import numpy' 2>/dev/null || python3 -m pip install -q --root-user-a
 python3 -c 'import pytest' 2>/dev/null || python3 -m pip install -q --root-user-action=ignore pytest
 python3 -c 'import xdist' 2>/dev/null ||
   python3 -m pip install -q --root-user-action=ignore pytest-xdist
+# expecttest: torch's test utilities import it (tests/python/torch_suite runs torch's own
+# distributed test suite).
+python3 -c 'import expecttest' 2>/dev/null ||
+  python3 -m pip install -q --root-user-action=ignore expecttest
