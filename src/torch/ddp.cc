@@ -65,6 +65,7 @@ DistributedDataParallelBase::DistributedDataParallelBase(::torch::nn::Module& mo
   std::vector<NamedTensor> params = unique_tensors(module.named_parameters());
   std::vector<NamedTensor> buffers = unique_tensors(module.named_buffers());
   const c10::Device device = params.empty() ? c10::Device(c10::kCPU) : params[0].tensor.device();
+  device_ = device;
   for (const NamedTensor& p : params) check_supported(p, "parameter", device);
   for (const NamedTensor& b : buffers) check_supported(b, "buffer", device);
   TDIST_CHECK(device.is_cuda() || (group_->memory_kinds() & memory_bit(MemoryKind::kHost)) != 0,
@@ -75,9 +76,8 @@ DistributedDataParallelBase::DistributedDataParallelBase(::torch::nn::Module& mo
   std::vector<NamedTensor> all = params;
   for (const NamedTensor& b : buffers) all.push_back({b.name + " (buffer)", b.tensor});
   verify_same_shapes(*group_, all);
-  std::vector<::torch::Tensor> tensors;
-  for (const NamedTensor& t : all) tensors.push_back(t.tensor);
-  broadcast_coalesced(*group_, tensors, /*root=*/0);
+  for (const NamedTensor& t : all) state_.push_back(t.tensor);
+  broadcast_coalesced(*group_, state_, /*root=*/0);
 
   for (const NamedTensor& b : buffers) buffers_.push_back(b.tensor);
   std::vector<NamedTensor> trainable;
@@ -102,14 +102,16 @@ bool DistributedDataParallelBase::buckets_rebuilt() const { return reducer_->buc
 CommOverlap DistributedDataParallelBase::comm_overlap() const { return reducer_->comm_overlap(); }
 
 void DistributedDataParallelBase::pre_forward() {
+  const bool grad_mode = c10::GradMode::is_enabled();
+  average_over_ = 0;
+  // Under a Join the buffers come from the highest rank that still has inputs (rank 0 may
+  // have joined). The Join's messages explain its own failures.
+  const int buffers_from = join_context() != nullptr ? join_forward_step(grad_mode) : 0;
   try {
-    if (c10::GradMode::is_enabled()) reducer_->prepare_for_forward();
-    if (options_.broadcast_buffers) broadcast_coalesced(*group_, buffers_, /*root=*/0);
+    if (grad_mode) reducer_->prepare_for_forward();
+    if (options_.broadcast_buffers) broadcast_coalesced(*group_, buffers_, buffers_from);
   } catch (const Error& e) {
-    const bool communication = dynamic_cast<const TimeoutError*>(&e) != nullptr ||
-                               dynamic_cast<const PeerError*>(&e) != nullptr ||
-                               dynamic_cast<const DesyncError*>(&e) != nullptr;
-    if (!communication) throw;
+    if (!is_communication_error(e)) throw;
     rethrow_with_context(
         std::current_exception(),
         ::tdist::detail::str_cat("DDP forward (rank ", group_->rank(),
@@ -126,7 +128,7 @@ bool DistributedDataParallelBase::wants_outputs() const {
 void DistributedDataParallelBase::post_forward(const std::vector<::torch::Tensor>& outputs) {
   if (!c10::GradMode::is_enabled()) return;
   if (require_sync_) {
-    reducer_->prepare_for_backward(outputs);
+    reducer_->prepare_for_backward(outputs, average_over_);
   } else {
     reducer_->prepare_for_local_backward();
   }

@@ -133,6 +133,12 @@ void unpack(const ::torch::Tensor& packed, const std::vector<::torch::Tensor>& r
 
 }  // namespace
 
+bool is_communication_error(const Error& e) {
+  return dynamic_cast<const TimeoutError*>(&e) != nullptr ||
+         dynamic_cast<const PeerError*>(&e) != nullptr ||
+         dynamic_cast<const DesyncError*>(&e) != nullptr;
+}
+
 // Rethrows `error` as the same tdist type, with `context` in front of its message.
 void rethrow_with_context(std::exception_ptr error, const std::string& context) {
   try {
@@ -148,6 +154,19 @@ void rethrow_with_context(std::exception_ptr error, const std::string& context) 
   } catch (const Error& e) {
     throw Error(context + e.what());
   }
+}
+
+void all_reduce_values(ProcessGroup& group, std::vector<int64_t>& values, ReduceOpKind op,
+                       c10::Device device) {
+  if ((group.memory_kinds() & memory_bit(MemoryKind::kHost)) != 0) {
+    group.all_reduce(values.data(), values.size(), DType::kI64, op)->wait();
+    return;
+  }
+  const auto i64 = ::torch::TensorOptions().dtype(::torch::kLong);
+  ::torch::Tensor t = ::torch::tensor(values, i64).to(device);
+  all_reduce(t, op, group.shared_from_this());
+  const ::torch::Tensor host = t.cpu();
+  std::copy_n(host.data_ptr<int64_t>(), values.size(), values.begin());
 }
 
 void verify_same_shapes(ProcessGroup& group, const std::vector<NamedTensor>& tensors) {

@@ -1,17 +1,21 @@
-// Collective helpers of DistributedDataParallel's construction and forward (internal):
-// checking that every rank has the same tensor shapes, copying root's tensors to all
-// ranks in a few large broadcasts, and explaining communication errors. The first two are
-// collective over the group and block until done; communication failures propagate
-// (PeerError, TimeoutError, DesyncError). Thread-safety: as the group's collectives.
+// Collective helpers of DistributedDataParallel's construction and forward and of Join
+// (internal): checking that every rank has the same tensor shapes, copying root's tensors
+// to all ranks in a few large broadcasts, reducing a few flags, and explaining
+// communication errors. The first three are collective over the group and block until
+// done; communication failures propagate (PeerError, TimeoutError, DesyncError).
+// Thread-safety: as the group's collectives.
 #pragma once
 
 #include <torch/types.h>
 
+#include <cstdint>
 #include <exception>
 #include <string>
 #include <vector>
 
+#include "tdist/error.h"
 #include "tdist/process_group.h"
+#include "tdist/reduce_op.h"
 
 namespace tdist::torch {
 
@@ -28,6 +32,15 @@ void verify_same_shapes(ProcessGroup& group, const std::vector<NamedTensor>& ten
 // tensors of one dtype into flat buffers of at most a few tens of MB per broadcast.
 void broadcast_coalesced(ProcessGroup& group, const std::vector<::torch::Tensor>& tensors,
                          int root);
+
+// Element-wise `op` over every rank's `values` (a few int64, e.g. flags and counts), in
+// place, blocking until done: on the host, or through a tensor on `device` for a group
+// that takes device memory only.
+void all_reduce_values(ProcessGroup& group, std::vector<int64_t>& values, ReduceOpKind op,
+                       c10::Device device);
+
+// TimeoutError, PeerError or DesyncError: the ranks could not complete a collective.
+bool is_communication_error(const Error& e);
 
 // Rethrows `error` as the same tdist type (Error and its subclasses) with `context` in
 // front of its message; other exceptions unchanged.

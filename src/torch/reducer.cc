@@ -119,8 +119,9 @@ void Reducer::prepare_for_forward() {
   if (rebuild_due_) rebuild_buckets_locked();
 }
 
-void Reducer::prepare_for_backward(const std::vector<::torch::Tensor>& outputs) {
+void Reducer::prepare_for_backward(const std::vector<::torch::Tensor>& outputs, int average_over) {
   MutexLock lock(mu_);
+  average_over_ = average_over;
   if (handle_unused_ && !(options_.static_graph && unused_known_)) {
     TDIST_CHECK(!outputs.empty(), InvalidArgument,
                 "DDP: find_unused_parameters and static_graph need the tensors of forward's "
@@ -362,6 +363,7 @@ void Reducer::finalize_backward() {
               ". Every rank must run the same forward/backward passes (the same number of "
               "batches and accumulation steps)");
   for (Bucket& b : buckets_) hook_->finish(*group_, b.grad);
+  rescale_average_locked();
   write_gradients_locked();
   detach_in_place_locked();
   if (synced_passes_ == 1 && !rebuilt_ &&

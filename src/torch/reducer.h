@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm_stream.h"
@@ -69,11 +70,24 @@ class Reducer {
   // not finish, and rebuilds the buckets when due (a collective).
   void prepare_for_forward() TDIST_EXCLUDES(mu_);
   // After a grad-mode forward: arms a synchronized pass (outputs: forward's tensors, for
-  // the unused-parameter search) or a local one (under no_sync).
-  void prepare_for_backward(const std::vector<::torch::Tensor>& outputs) TDIST_EXCLUDES(mu_);
+  // the unused-parameter search) or a local one (under no_sync). average_over: the number
+  // of ranks the default reduction averages over (a Join's ranks that still have inputs),
+  // 0 for the group's size; a registered comm hook ignores it.
+  void prepare_for_backward(const std::vector<::torch::Tensor>& outputs, int average_over = 0)
+      TDIST_EXCLUDES(mu_);
   void prepare_for_local_backward() TDIST_EXCLUDES(mu_);
   // Whether prepare_for_backward needs the outputs (an unused-parameter search is due).
   bool needs_outputs() const TDIST_EXCLUDES(mu_);
+
+  // A rank that ran out of inputs under a Join (reducer_join.cc): the collectives of one
+  // synchronized backward pass of the others (the control vector with values that change
+  // nothing, then every bucket through the comm hook on zeros), waited for. The pass
+  // counts as one of this rank's. Communication failures propagate.
+  void shadow_backward() TDIST_EXCLUDES(mu_);
+  // Backward passes (all, synchronized) this rank counted; after a Join every rank takes
+  // the highest counts, those of the ranks that ran every iteration.
+  std::pair<uint64_t, uint64_t> pass_counts() const TDIST_EXCLUDES(mu_);
+  void set_pass_counts(uint64_t backward_passes, uint64_t synced_passes) TDIST_EXCLUDES(mu_);
 
   void set_comm_hook(std::shared_ptr<CommHook> hook) TDIST_EXCLUDES(mu_);
   std::vector<std::vector<std::string>> bucket_assignment() const TDIST_EXCLUDES(mu_);
@@ -123,6 +137,9 @@ class Reducer {
   // Waits for the control vector and every launched bucket; returns the first error.
   std::exception_ptr wait_for_launched_locked() TDIST_REQUIRES(mu_);
   void write_gradients_locked() TDIST_REQUIRES(mu_);
+  // The default reduction under a Join without divide_by_initial_world_size: turns the
+  // buckets' average over the group into one over average_over_ ranks.
+  void rescale_average_locked() TDIST_REQUIRES(mu_);
   bool globally_unused_locked(size_t index) const TDIST_REQUIRES(mu_);
   // Also called by the constructor, before any hook exists (constructors go unchecked).
   void build_buckets_locked(const std::vector<size_t>& order) TDIST_REQUIRES(mu_);
@@ -167,6 +184,7 @@ class Reducer {
   WorkPtr control_work_ TDIST_GUARDED_BY(mu_);
   std::vector<size_t> ready_order_ TDIST_GUARDED_BY(mu_);  // of the first synchronized pass
   bool rebuild_due_ TDIST_GUARDED_BY(mu_) = false;
+  int average_over_ TDIST_GUARDED_BY(mu_) = 0;  // of the armed pass; 0: the group's size
   bool rebuilt_ TDIST_GUARDED_BY(mu_) = false;
   int trace_rank_ TDIST_GUARDED_BY(mu_) = -1;  // global rank, when TDIST_TRACE is set
   int trace_track_ TDIST_GUARDED_BY(mu_) = 0;  // "DDP buckets"

@@ -59,6 +59,12 @@
 // no_sync() returns a guard: forwards while it lives arm no reduction, and their backward
 // passes accumulate gradients locally. The next synchronized backward reduces the sum.
 //
+// Uneven inputs: the DDP is a Joinable (join.h). Inside a tdist::torch::Join scope, ranks
+// that ran out of batches shadow the others' forwards and backward passes with zero
+// gradients until every rank is done, and the model of the last rank to finish is then
+// copied to all (PyTorch's `with ddp.join():`); without one, every rank must run the same
+// number of iterations.
+//
 // Errors (all raised by the call named, on the rank that detects them):
 //  - a parameter that gets no gradient in a synchronized pass without find_unused_parameters:
 //    Error at the END OF THAT BACKWARD (from loss.backward()), naming the parameters by
@@ -93,6 +99,7 @@
 #include "tdist/error.h"
 #include "tdist/process_group.h"
 #include "tdist/torch/comm_hooks.h"
+#include "tdist/torch/join.h"
 
 namespace tdist::torch {
 
@@ -130,7 +137,7 @@ struct DDPOptions {
 };
 
 // The part of DistributedDataParallel that does not depend on the module type.
-class DistributedDataParallelBase {
+class DistributedDataParallelBase : public Joinable {
  public:
   DistributedDataParallelBase(const DistributedDataParallelBase&) = delete;
   DistributedDataParallelBase& operator=(const DistributedDataParallelBase&) = delete;
@@ -164,6 +171,12 @@ class DistributedDataParallelBase {
   const std::shared_ptr<ProcessGroup>& process_group() const { return group_; }
   const DDPOptions& options() const { return options_; }
 
+  // Joinable (join.h): the hook that shadows this DDP's forwards and backward passes on a
+  // rank that ran out of inputs, and syncs the final model.
+  std::unique_ptr<JoinHook> join_hook(const JoinOptions& options) override;
+  std::shared_ptr<ProcessGroup> join_process_group() const override { return group_; }
+  c10::Device join_device() const override { return device_; }
+
  protected:
   // Collective (see the file comment). Keeps references to the module's tensors.
   DistributedDataParallelBase(::torch::nn::Module& module, DDPOptions options);
@@ -177,11 +190,25 @@ class DistributedDataParallelBase {
   void post_forward(const std::vector<::torch::Tensor>& outputs);
 
  private:
+  class DdpJoinHook;  // ddp_join.cc
+
+  // Under a Join, at the start of forward (a rank that still has inputs): the Join's count
+  // and, when some rank may have joined, telling the joined ranks what this iteration
+  // runs. Returns the rank whose buffers the forward broadcasts.
+  int join_forward_step(bool grad_mode);
+  // A joined rank: one iteration of the others (DdpJoinHook::main_hook).
+  void shadow_iteration();
+  // Every rank, once all have joined (DdpJoinHook::post_hook).
+  void sync_final_model(bool is_last_joiner);
+
   DDPOptions options_;
   std::shared_ptr<ProcessGroup> group_;
+  c10::Device device_{c10::kCPU};       // the parameters' (CPU for a module without any)
+  std::vector<::torch::Tensor> state_;  // every parameter, then every buffer
   std::vector<::torch::Tensor> buffers_;
   std::unique_ptr<Reducer> reducer_;
   bool require_sync_ = true;
+  int average_over_ = 0;  // under a Join: ranks the next synchronized pass averages over
 };
 
 namespace detail {
