@@ -77,15 +77,16 @@ c10::intrusive_ptr<TdistBackend> TdistBackend::create(
 
 TdistBackend::WorkRef TdistBackend::issue(OpType type, std::vector<WorkPtr> works,
                                           std::vector<at::Tensor> outputs, bool run_now,
-                                          std::chrono::milliseconds timeout) {
+                                          std::chrono::milliseconds timeout,
+                                          const std::vector<at::Tensor>* inputs) {
   const bool p2p = type == OpType::SEND || type == OpType::RECV || type == OpType::RECVANYSOURCE;
   if (!p2p) collectives_.fetch_add(1, std::memory_order_relaxed);
   if (coalescing_on_.load(std::memory_order_acquire)) coalesce(works, outputs);
   const std::chrono::milliseconds limit = timeout_of(timeout);
   auto work = c10::make_intrusive<TorchWork>(
-      getRank(), type, std::move(works), std::move(outputs), progress_,
+      getRank(), type, std::move(works), outputs, progress_,
       limit == ::c10d::kUnsetTimeout ? Deadline::never() : Deadline::after(limit),
-      timing_.load(std::memory_order_relaxed));
+      timing_.load(std::memory_order_relaxed), inputs != nullptr ? inputs : &outputs);
   // The caller waits at once (async_op=False): its thread runs the operation now, with no
   // hand-off to the group's worker thread.
   if (run_now) work->wait(kNoTimeout);
@@ -139,7 +140,7 @@ TdistBackend::WorkRef TdistBackend::reduce(Tensors& tensors, const ::c10d::Reduc
 
 TdistBackend::WorkRef TdistBackend::allgather(TensorLists& outputs, Tensors& inputs,
                                               const ::c10d::AllgatherOptions& opts) {
-  return TDIST_ISSUE(OpType::ALLGATHER, single(outputs, "all_gather", "output list"), {
+  return TDIST_ISSUE_IN(OpType::ALLGATHER, inputs, single(outputs, "all_gather", "output list"), {
     works.push_back(
         tt::all_gather_async(outputs[0], single(inputs, "all_gather", "input"), group()));
   });
@@ -147,7 +148,7 @@ TdistBackend::WorkRef TdistBackend::allgather(TensorLists& outputs, Tensors& inp
 
 TdistBackend::WorkRef TdistBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                     const ::c10d::AllgatherOptions& opts) {
-  return TDIST_ISSUE(OpType::_ALLGATHER_BASE, Tensors{output}, {
+  return TDIST_ISSUE_IN(OpType::_ALLGATHER_BASE, Tensors{input}, Tensors{output}, {
     works.push_back(tt::all_gather_into_tensor_async(output, input, group()));
   });
 }
@@ -156,7 +157,7 @@ TdistBackend::WorkRef TdistBackend::gather(TensorLists& outputs, Tensors& inputs
                                            const ::c10d::GatherOptions& opts) {
   const int root = static_cast<int>(opts.rootRank);
   Tensors gathered = getRank() == root && !outputs.empty() ? outputs[0] : Tensors{};
-  return TDIST_ISSUE(OpType::GATHER, gathered, {
+  return TDIST_ISSUE_IN(OpType::GATHER, inputs, gathered, {
     if (getRank() == root) single(outputs, "gather", "output list");
     works.push_back(tt::gather_async(single(inputs, "gather", "input"), gathered, root, group()));
   });
@@ -182,7 +183,7 @@ TdistBackend::WorkRef TdistBackend::reduce_scatter(Tensors& outputs, TensorLists
 
 TdistBackend::WorkRef TdistBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                          const ::c10d::ReduceScatterOptions& opts) {
-  return TDIST_ISSUE(OpType::_REDUCE_SCATTER_BASE, Tensors{output}, {
+  return TDIST_ISSUE_IN(OpType::_REDUCE_SCATTER_BASE, Tensors{input}, Tensors{output}, {
     works.push_back(
         tt::reduce_scatter_tensor_async(output, input, to_reduce_op(opts.reduceOp), group()));
   });

@@ -133,8 +133,10 @@ class TdistBackend final : public TorchBackendBase {
 
  private:
   // Wraps the tdist Works of one call as torch's Work (run now when the caller waits).
+  // `inputs`: the tensors the profiler's event shows (the outputs when null).
   WorkRef issue(::c10d::OpType type, std::vector<WorkPtr> works, std::vector<at::Tensor> outputs,
-                bool run_now, std::chrono::milliseconds timeout = ::c10d::kUnsetTimeout);
+                bool run_now, std::chrono::milliseconds timeout = ::c10d::kUnsetTimeout,
+                const std::vector<at::Tensor>* inputs = nullptr);
   WorkRef sparse_allreduce(Tensors& tensors, const ::c10d::AllreduceOptions& opts);
   // Adds a call's Works to endCoalescing's, when coalescing.
   void coalesce(const std::vector<WorkPtr>& works, const std::vector<at::Tensor>& outputs)

@@ -52,11 +52,14 @@ std::chrono::milliseconds timeout_option(const Opts& opts) {
 
 // In a TdistBackend member with `opts` in scope: runs the statements (which push_back the
 // tdist Works of the call onto `works`) on the caller's thread, errors as torch's, and
-// returns the TorchWork over them, whose result() is `outputs`.
-#define TDIST_ISSUE(type, outputs, ...)                                                \
+// returns the TorchWork over them, whose result() is `outputs` (and whose profiler event
+// shows `inputs`; TDIST_ISSUE: the outputs, for in-place calls).
+#define TDIST_ISSUE_IN(type, inputs, outputs, ...)                                     \
   ::tdist::python::torch_errors([&] {                                                  \
     std::vector<::tdist::WorkPtr> works;                                               \
     __VA_ARGS__;                                                                       \
+    const std::vector<at::Tensor>& shown = inputs;                                     \
     return issue(type, std::move(works), outputs, ::tdist::python::caller_waits(opts), \
-                 ::tdist::python::timeout_option(opts));                               \
+                 ::tdist::python::timeout_option(opts), &shown);                       \
   })
+#define TDIST_ISSUE(type, outputs, ...) TDIST_ISSUE_IN(type, outputs, outputs, __VA_ARGS__)

@@ -21,7 +21,7 @@ TdistBackend::WorkRef TdistBackend::allgather_coalesced(TensorLists& outputs, Te
                                                         const ::c10d::AllgatherOptions& opts) {
   Tensors flat;
   for (const auto& list : outputs) flat.insert(flat.end(), list.begin(), list.end());
-  return TDIST_ISSUE(OpType::ALLGATHER_COALESCED, flat, {
+  return TDIST_ISSUE_IN(OpType::ALLGATHER_COALESCED, inputs, flat, {
     works.push_back(tt::all_gather_coalesced_async(outputs, inputs, group()));
   });
 }
@@ -31,7 +31,7 @@ TdistBackend::WorkRef TdistBackend::send(Tensors& tensors, int dst, int tag) {
     return issue(
         OpType::SEND,
         {tt::isend(single(tensors, "send", "tensor"), dst, group(), static_cast<uint32_t>(tag))},
-        {}, false);
+        {}, false, ::c10d::kUnsetTimeout, &tensors);
   });
 }
 
@@ -56,14 +56,14 @@ TdistBackend::WorkRef TdistBackend::recvAnysource(Tensors& tensors, int tag) {
 #if TORCH_VERSION_MAJOR >= 2
 TdistBackend::WorkRef TdistBackend::allgather_into_tensor_coalesced(
     Tensors& outputs, Tensors& inputs, const ::c10d::AllgatherOptions& opts) {
-  return TDIST_ISSUE(OpType::ALLGATHER_INTO_TENSOR_COALESCED, outputs, {
+  return TDIST_ISSUE_IN(OpType::ALLGATHER_INTO_TENSOR_COALESCED, inputs, outputs, {
     works.push_back(tt::all_gather_into_tensor_coalesced_async(outputs, inputs, group()));
   });
 }
 
 TdistBackend::WorkRef TdistBackend::reduce_scatter_tensor_coalesced(
     Tensors& outputs, Tensors& inputs, const ::c10d::ReduceScatterOptions& opts) {
-  return TDIST_ISSUE(OpType::REDUCE_SCATTER_TENSOR_COALESCED, outputs, {
+  return TDIST_ISSUE_IN(OpType::REDUCE_SCATTER_TENSOR_COALESCED, inputs, outputs, {
     works.push_back(tt::reduce_scatter_tensor_coalesced_async(
         outputs, inputs, to_reduce_op(opts.reduceOp), group()));
   });

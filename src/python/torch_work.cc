@@ -2,11 +2,14 @@
 #include "torch_work.h"
 
 #include <ATen/core/ivalue.h>
+#include <ATen/record_function.h>
 #include <c10/util/Exception.h>
 #include <torch/version.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -44,6 +47,60 @@ std::string timed_out(const char* what) {
   return "tdist: Timed out while waiting: " + std::string(rest);
 }
 
+// The profiler's name of a call ("tdist:all_reduce", as gloo's "gloo:all_reduce"), when
+// the profiler (or another RecordFunction callback) is on; else null: no event, no cost.
+const char* profiled(::c10d::OpType type, const std::vector<at::Tensor>* inputs) {
+  if (inputs == nullptr || !at::hasCallbacks()) return nullptr;
+  using ::c10d::OpType;
+  switch (type) {
+    case OpType::BROADCAST:
+      return "tdist:broadcast";
+    case OpType::ALLREDUCE:
+    case OpType::ALLREDUCE_COALESCED:
+      return "tdist:all_reduce";
+    case OpType::REDUCE:
+      return "tdist:reduce";
+    case OpType::ALLGATHER:
+    case OpType::ALLGATHER_COALESCED:
+      return "tdist:all_gather";
+    case OpType::_ALLGATHER_BASE:
+      return "tdist:all_gather_into_tensor";
+    case OpType::GATHER:
+      return "tdist:gather";
+    case OpType::SCATTER:
+      return "tdist:scatter";
+    case OpType::REDUCE_SCATTER:
+      return "tdist:reduce_scatter";
+    case OpType::_REDUCE_SCATTER_BASE:
+      return "tdist:reduce_scatter_tensor";
+    case OpType::ALLTOALL:
+    case OpType::ALLTOALL_BASE:
+      return "tdist:all_to_all";
+    case OpType::BARRIER:
+      return "tdist:barrier";
+    case OpType::SEND:
+      return "tdist:send";
+    case OpType::RECV:
+      return "tdist:recv";
+    case OpType::RECVANYSOURCE:
+      return "tdist:recvAnySource";
+    default:
+      return "tdist:collective";
+  }
+}
+
+// c10d::Work's optional inputs (LibTorch 1.13 has c10's own optional).
+#if TORCH_VERSION_MAJOR >= 2
+using OptionalTensors = std::optional<std::vector<at::Tensor>>;
+#else
+using OptionalTensors = c10::optional<std::vector<at::Tensor>>;
+#endif
+
+OptionalTensors profiled_inputs(::c10d::OpType type, const std::vector<at::Tensor>* inputs) {
+  if (profiled(type, inputs) == nullptr) return OptionalTensors();
+  return OptionalTensors(*inputs);
+}
+
 int64_t steady_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -73,8 +130,8 @@ std::exception_ptr to_torch_error(std::exception_ptr error) {
 
 TorchWork::TorchWork(int rank, ::c10d::OpType type, std::vector<WorkPtr> works,
                      std::vector<at::Tensor> outputs, std::shared_ptr<ProgressThread> progress,
-                     Deadline deadline, bool timed)
-    : ::c10d::Work(rank, type),
+                     Deadline deadline, bool timed, const std::vector<at::Tensor>* inputs)
+    : ::c10d::Work(rank, type, profiled(type, inputs), profiled_inputs(type, inputs)),
       works_(std::move(works)),
       outputs_(std::move(outputs)),
       p2p_(type == ::c10d::OpType::SEND || type == ::c10d::OpType::RECV ||
@@ -82,13 +139,24 @@ TorchWork::TorchWork(int rank, ::c10d::OpType type, std::vector<WorkPtr> works,
       progress_(std::move(progress)),
       deadline_(deadline),
       issued_ns_(timed ? steady_ns() : 0) {
-  if (!timed) return;
-  finished_ns_ = std::make_shared<std::atomic<int64_t>>(0);
+  // The profiler's event (c10d::Work made it when the profiler runs) and the timing end
+  // when the last operation finishes, on the thread that finishes it.
+  std::function<void()> end_event = std::move(recordFunctionEndCallback_);
+  recordFunctionEndCallback_ = nullptr;
+  if (timed) finished_ns_ = std::make_shared<std::atomic<int64_t>>(0);
+  if (!timed && !end_event) return;
+  auto done = [finished = finished_ns_, end_event = std::move(end_event)] {
+    if (finished) finished->store(steady_ns());
+    if (end_event) end_event();
+  };
+  if (works_.empty()) {
+    done();
+    return;
+  }
   auto left = std::make_shared<std::atomic<size_t>>(works_.size());
-  if (works_.empty()) finished_ns_->store(issued_ns_);
   for (const auto& w : works_) {
-    w->add_callback([left, finished = finished_ns_] {
-      if (left->fetch_sub(1) == 1) finished->store(steady_ns());
+    w->add_callback([left, done] {
+      if (left->fetch_sub(1) == 1) done();
     });
   }
 }

@@ -12,6 +12,8 @@
 // with result() (the output tensors) when every operation finished, on the thread that
 // finished the last one; point-to-point operations, which some transports move only while
 // somebody waits, are handed to the backend's progress thread for it (progress_thread.h).
+// While torch's profiler runs, each call is an async event named as gloo names its own
+// ("tdist:all_reduce"), with the inputs' shapes, ending when the operation does.
 // With timing on (enableCollectivesTiming), getDuration() is the milliseconds from the
 // issue to the finish of the last operation.
 // Thread-safety: as c10d::Work's; any thread may wait or take the future.
@@ -49,10 +51,12 @@ class TorchWork final : public ::c10d::Work {
  public:
   // `progress`: the backend's progress thread, for the point-to-point Works' futures;
   // `deadline`: the call's own (Deadline::never() when the group's timeout applies);
-  // `timed`: whether to measure getDuration().
+  // `timed`: whether to measure getDuration(); `inputs`: the call's input tensors, for
+  // the profiler's event ("tdist:all_reduce" with their shapes; null: no event).
   TorchWork(int rank, ::c10d::OpType type, std::vector<WorkPtr> works,
             std::vector<at::Tensor> outputs, std::shared_ptr<ProgressThread> progress,
-            Deadline deadline = Deadline::never(), bool timed = false);
+            Deadline deadline = Deadline::never(), bool timed = false,
+            const std::vector<at::Tensor>* inputs = nullptr);
 
   bool isCompleted() override;
   bool isSuccess() const override;

@@ -28,7 +28,7 @@ DType check_one_dtype(const char* op, const char* what, const std::vector<Tensor
   return dtype;
 }
 
-int64_t total_numel(const std::vector<Tensor>& list) {
+int64_t numel_sum(const std::vector<Tensor>& list) {
   int64_t n = 0;
   for (const Tensor& t : list) n += t.numel();
   return n;
@@ -66,7 +66,7 @@ WorkPtr all_reduce_coalesced_async(const std::vector<Tensor>& tensors, ReduceOp 
       offset += t.numel();
     }
   }
-  const auto count = static_cast<size_t>(total_numel(tensors));
+  const auto count = static_cast<size_t>(numel_sum(tensors));
   return launch(kOp, std::move(s), [&] { return pg->all_reduce(buf, buf, count, dtype, op); });
 }
 
@@ -86,7 +86,7 @@ WorkPtr all_gather_coalesced_async(const std::vector<std::vector<Tensor>>& outpu
   Staging s = checks::staging(kOp, *pg, {}, {&inputs, &blocks});
   const void* send = stage_inputs(s, inputs, inputs[0].scalar_type());
   void* recv = stage_outputs(s, kOp, "outputs", blocks, inputs[0].scalar_type());
-  const auto count = static_cast<size_t>(total_numel(inputs));
+  const auto count = static_cast<size_t>(numel_sum(inputs));
   return launch(kOp, std::move(s), [&] { return pg->all_gather(send, recv, count, dtype); });
 }
 
@@ -120,7 +120,7 @@ WorkPtr all_gather_into_tensor_coalesced_async(const std::vector<Tensor>& output
       s.copy_back.emplace_back(outputs[i], dense[i]);
     }
   }
-  const auto count = static_cast<size_t>(total_numel(inputs));
+  const auto count = static_cast<size_t>(numel_sum(inputs));
   return launch(kOp, std::move(s), [&] { return pg->all_gather(send, recv, count, dtype); });
 }
 
@@ -141,7 +141,7 @@ WorkPtr reduce_scatter_tensor_coalesced_async(const std::vector<Tensor>& outputs
   Staging s = checks::staging(kOp, *pg, {}, {&inputs, &outputs});
   const void* send = stage_inputs(s, blocks, inputs[0].scalar_type());
   void* recv = stage_outputs(s, kOp, "outputs", outputs, inputs[0].scalar_type());
-  const auto count = static_cast<size_t>(total_numel(outputs));
+  const auto count = static_cast<size_t>(numel_sum(outputs));
   return launch(kOp, std::move(s),
                 [&] { return pg->reduce_scatter(send, recv, count, dtype, op); });
 }
