@@ -159,3 +159,21 @@ def group_api(rank, world, init):
     dist.barrier()
     dist.destroy_process_group()
     return out
+
+
+def join_uneven(rank, world, init, backend):
+    """DDP under torch.distributed.algorithms.Join with 3 and 7 batches: the final weights."""
+    from torch.distributed.algorithms.join import Join
+
+    torch.manual_seed(0)
+    dist.init_process_group(backend, init_method=init, rank=rank, world_size=world)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with Join([model]):
+        for i in range(3 if rank == 0 else 7):
+            opt.zero_grad()
+            model(torch.full((2, 4), float(i + rank))).sum().backward()
+            opt.step()
+    weights = torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
+    dist.destroy_process_group()
+    return weights

@@ -5,7 +5,7 @@ import re
 import pytest
 import torch
 
-from backend_api_workers import any_source, coalesced, group_api, sparse
+from backend_api_workers import any_source, coalesced, group_api, join_uneven, sparse
 from harness import run_ranks
 
 # torch 1.13 has none of the coalescing manager, split_group, collective timing or plugin
@@ -58,3 +58,13 @@ def test_split_monitored_barrier_sequence_names_and_timeouts():
     assert re.search("Rank 1 successfully reached monitoredBarrier, but received errors while "
                      "waiting for send/recv from rank 0", results[1]["monitored"])
     assert re.search(" (Timed out|closed|timeout) ", results[0]["timeout"]), results[0]
+
+
+def test_join_for_uneven_inputs_matches_gloo():
+    runs = {}
+    for backend in ("gloo", "tdist"):
+        results, codes = run_ranks(join_uneven, 2, timeout=90, backend=backend)
+        assert codes == [0, 0]
+        assert results[0] == results[1], (backend, results)
+        runs[backend] = results[0]
+    assert runs["tdist"] == runs["gloo"], runs
