@@ -129,9 +129,11 @@ void TdistBackend::setTimeout(std::chrono::milliseconds timeout) {
 }
 
 c10::intrusive_ptr<::c10d::Backend::Options> TdistBackend::getBackendOptions() {
-  const int64_t set = timeout_ms_.load(std::memory_order_relaxed);
-  return c10::make_intrusive<Options>(
-      "tdist", set < 0 ? group()->timeout() : std::chrono::milliseconds(set));
+  return torch_errors([&] {
+    const int64_t set = timeout_ms_.load(std::memory_order_relaxed);
+    return c10::make_intrusive<Options>(
+        "tdist", set < 0 ? group()->timeout() : std::chrono::milliseconds(set));
+  });
 }
 
 void TdistBackend::abort() {
