@@ -84,9 +84,9 @@ TdistBackend::WorkRef TdistBackend::issue(OpType type, std::vector<WorkPtr> work
   if (coalescing_on_.load(std::memory_order_acquire)) coalesce(works, outputs);
   const std::chrono::milliseconds limit = timeout_of(timeout);
   auto work = c10::make_intrusive<TorchWork>(
-      getRank(), type, std::move(works), outputs, progress_,
+      getRank(), type, std::move(works), std::move(outputs), progress_,
       limit == ::c10d::kUnsetTimeout ? Deadline::never() : Deadline::after(limit),
-      timing_.load(std::memory_order_relaxed), inputs != nullptr ? inputs : &outputs);
+      timing_.load(std::memory_order_relaxed), inputs);
   // The caller waits at once (async_op=False): its thread runs the operation now, with no
   // hand-off to the group's worker thread.
   if (run_now) work->wait(kNoTimeout);

@@ -131,7 +131,8 @@ std::exception_ptr to_torch_error(std::exception_ptr error) {
 TorchWork::TorchWork(int rank, ::c10d::OpType type, std::vector<WorkPtr> works,
                      std::vector<at::Tensor> outputs, std::shared_ptr<ProgressThread> progress,
                      Deadline deadline, bool timed, const std::vector<at::Tensor>* inputs)
-    : ::c10d::Work(rank, type, profiled(type, inputs), profiled_inputs(type, inputs)),
+    : ::c10d::Work(rank, type, profiled(type, inputs ? inputs : &outputs),
+                   profiled_inputs(type, inputs ? inputs : &outputs)),
       works_(std::move(works)),
       outputs_(std::move(outputs)),
       p2p_(type == ::c10d::OpType::SEND || type == ::c10d::OpType::RECV ||

@@ -52,7 +52,7 @@ class TorchWork final : public ::c10d::Work {
   // `progress`: the backend's progress thread, for the point-to-point Works' futures;
   // `deadline`: the call's own (Deadline::never() when the group's timeout applies);
   // `timed`: whether to measure getDuration(); `inputs`: the call's input tensors, for
-  // the profiler's event ("tdist:all_reduce" with their shapes; null: no event).
+  // the profiler's event ("tdist:all_reduce" with their shapes; null: the outputs').
   TorchWork(int rank, ::c10d::OpType type, std::vector<WorkPtr> works,
             std::vector<at::Tensor> outputs, std::shared_ptr<ProgressThread> progress,
             Deadline deadline = Deadline::never(), bool timed = false,

@@ -22,6 +22,13 @@ def _error(fn):
     return None
 
 
+def _sum_of_ones():
+    """all_reduce of a 1 on every rank: the group still works after refused calls."""
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    return float(t)
+
+
 def any_source(rank, world, init):
     dist.init_process_group("tdist", init_method=init, rank=rank, world_size=world)
     out = {}
@@ -89,9 +96,7 @@ def coalesced(rank, world, init):
     out["mixed"] = _error(lambda: dist.all_gather_coalesced(
         [[torch.empty(1), torch.empty(1, dtype=torch.int64)] for _ in range(world)],
         [torch.ones(1), torch.ones(1, dtype=torch.int64)]))
-    t = torch.ones(1)
-    dist.all_reduce(t)
-    out["after"] = float(t)
+    out["after"] = _sum_of_ones()
     dist.destroy_process_group()
     return out
 
@@ -111,9 +116,7 @@ def sparse(rank, world, init):
                                                 op=dist.ReduceOp.MAX))
     shape = (5, 2) if rank == 0 else (6, 2)
     out["shape"] = _error(lambda: dist.all_reduce(torch.sparse_coo_tensor(i, v, shape)))
-    t = torch.ones(1)
-    dist.all_reduce(t)
-    out["after"] = float(t)
+    out["after"] = _sum_of_ones()
     dist.destroy_process_group()
     return out
 

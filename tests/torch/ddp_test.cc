@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "ddp_test_util.h"
 #include "pg/pg_test_util.h"
 #include "tdist/error.h"
 #include "tdist/torch/comm_hooks.h"
@@ -211,10 +212,6 @@ class DdpTest : public ::testing::TestWithParam<CommOverlap> {
     return s;
   }
 };
-
-std::string overlap_name(const ::testing::TestParamInfo<CommOverlap>& param) {
-  return param.param == CommOverlap::kDuringBackward ? "DuringBackward" : "AfterBackward";
-}
 
 INSTANTIATE_TEST_SUITE_P(Overlap, DdpTest,
                          ::testing::Values(CommOverlap::kDuringBackward,

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "ddp_test_util.h"
 #include "pg/pg_test_util.h"
 #include "support/error_of.h"
 #include "tdist/error.h"
@@ -213,10 +214,6 @@ class JoinTest : public ::testing::TestWithParam<CommOverlap> {
     return s;
   }
 };
-
-std::string overlap_name(const ::testing::TestParamInfo<CommOverlap>& param) {
-  return param.param == CommOverlap::kDuringBackward ? "DuringBackward" : "AfterBackward";
-}
 
 INSTANTIATE_TEST_SUITE_P(Overlap, JoinTest,
                          ::testing::Values(CommOverlap::kDuringBackward,
