@@ -1,6 +1,8 @@
 // TdistBackend (backend.h): torch.distributed's backend calls on tdist's tensor collectives.
 #include "backend.h"
 
+#include <ATen/record_function.h>
+
 #include <utility>
 
 #include "backend_calls.h"
@@ -91,6 +93,12 @@ TdistBackend::WorkRef TdistBackend::issue(OpType type, std::vector<WorkPtr> work
   // hand-off to the group's worker thread.
   if (run_now) work->wait(kNoTimeout);
   return work;
+}
+
+bool TdistBackend::finishes_in_call(bool run_now, std::chrono::milliseconds timeout) const {
+  return run_now && !coalescing_on_.load(std::memory_order_acquire) &&
+         !timing_.load(std::memory_order_relaxed) && !at::hasCallbacks() &&
+         timeout_of(timeout) == ::c10d::kUnsetTimeout;
 }
 
 TdistBackend::WorkRef TdistBackend::broadcast(Tensors& tensors,

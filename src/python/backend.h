@@ -138,6 +138,12 @@ class TdistBackend final : public TorchBackendBase {
                 bool run_now, std::chrono::milliseconds timeout = ::c10d::kUnsetTimeout,
                 const std::vector<at::Tensor>* inputs = nullptr);
   WorkRef sparse_allreduce(Tensors& tensors, const ::c10d::AllreduceOptions& opts);
+  // Whether a call that the caller waits for at once (`run_now`) may finish inside its
+  // tensor call (tdist::torch::CallerWaits): not while coalescing (the calls are waited
+  // for together), timing or profiling (the Work's clock and event start before the
+  // operation), nor with a timeout of its own or the backend's (a wait that ends early
+  // leaves the operation running).
+  bool finishes_in_call(bool run_now, std::chrono::milliseconds timeout) const;
   // Adds a call's Works to endCoalescing's, when coalescing.
   void coalesce(const std::vector<WorkPtr>& works, const std::vector<at::Tensor>& outputs)
       TDIST_EXCLUDES(coalescing_mu_);

@@ -4,11 +4,13 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <vector>
 
 #include "backend.h"
 #include "tdist/error.h"
 #include "tdist/reduce_op.h"
+#include "tdist/torch/collectives.h"
 #include "torch_work.h"
 
 namespace tdist::python {
@@ -51,15 +53,21 @@ std::chrono::milliseconds timeout_option(const Opts& opts) {
 }  // namespace tdist::python
 
 // In a TdistBackend member with `opts` in scope: runs the statements (which push_back the
-// tdist Works of the call onto `works`) on the caller's thread, errors as torch's, and
+// tdist Works of the call onto `works`) on the caller's thread (inside a CallerWaits scope
+// when the call may finish there: finishes_in_call), errors as torch's, and
 // returns the TorchWork over them, whose result() is `outputs` (and whose profiler event
 // shows `inputs`; TDIST_ISSUE: the outputs, for in-place calls).
-#define TDIST_ISSUE_IN(type, inputs, outputs, ...)                                     \
-  ::tdist::python::torch_errors([&] {                                                  \
-    std::vector<::tdist::WorkPtr> works;                                               \
-    __VA_ARGS__;                                                                       \
-    const std::vector<at::Tensor>& shown = inputs;                                     \
-    return issue(type, std::move(works), outputs, ::tdist::python::caller_waits(opts), \
-                 ::tdist::python::timeout_option(opts), &shown);                       \
+#define TDIST_ISSUE_IN(type, inputs, outputs, ...)                           \
+  ::tdist::python::torch_errors([&] {                                        \
+    const bool run_now = ::tdist::python::caller_waits(opts);                \
+    const auto timeout = ::tdist::python::timeout_option(opts);              \
+    std::vector<::tdist::WorkPtr> works;                                     \
+    {                                                                        \
+      std::optional<::tdist::torch::CallerWaits> waits;                      \
+      if (finishes_in_call(run_now, timeout)) waits.emplace();               \
+      __VA_ARGS__;                                                           \
+    }                                                                        \
+    const std::vector<at::Tensor>& shown = inputs;                           \
+    return issue(type, std::move(works), outputs, run_now, timeout, &shown); \
   })
 #define TDIST_ISSUE(type, outputs, ...) TDIST_ISSUE_IN(type, outputs, outputs, __VA_ARGS__)

@@ -332,57 +332,74 @@ WorkPtr barrier_async(Group group) {
   return launch("barrier", Staging{}, [&] { return pg->barrier(); });
 }
 
-// ---- blocking forms -------------------------------------------------------------------
+// ---- blocking forms (CallerWaits: the async form finishes before it returns) ----------
 
 void all_reduce(const Tensor& tensor, ReduceOp op, Group group) {
+  CallerWaits waits;
   all_reduce_async(tensor, op, std::move(group))->wait();
 }
 void broadcast(const Tensor& tensor, int src, Group group) {
+  CallerWaits waits;
   broadcast_async(tensor, src, std::move(group))->wait();
 }
 void reduce(const Tensor& tensor, int dst, ReduceOp op, Group group) {
+  CallerWaits waits;
   reduce_async(tensor, dst, op, std::move(group))->wait();
 }
 void all_gather(const std::vector<Tensor>& outputs, const Tensor& input, Group group) {
+  CallerWaits waits;
   all_gather_async(outputs, input, std::move(group))->wait();
 }
 void all_gather_into_tensor(const Tensor& output, const Tensor& input, Group group) {
+  CallerWaits waits;
   all_gather_into_tensor_async(output, input, std::move(group))->wait();
 }
 void gather(const Tensor& input, const std::vector<Tensor>& gather_list, int dst, Group group) {
+  CallerWaits waits;
   gather_async(input, gather_list, dst, std::move(group))->wait();
 }
 void scatter(const Tensor& output, const std::vector<Tensor>& scatter_list, int src, Group group) {
+  CallerWaits waits;
   scatter_async(output, scatter_list, src, std::move(group))->wait();
 }
 void reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
                     Group group) {
+  CallerWaits waits;
   reduce_scatter_async(output, inputs, op, std::move(group))->wait();
 }
 void reduce_scatter_tensor(const Tensor& output, const Tensor& input, ReduceOp op, Group group) {
+  CallerWaits waits;
   reduce_scatter_tensor_async(output, input, op, std::move(group))->wait();
 }
 void all_to_all(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                 Group group) {
+  CallerWaits waits;
   all_to_all_async(outputs, inputs, std::move(group))->wait();
 }
 void all_to_all_single(const Tensor& output, const Tensor& input,
                        const std::vector<int64_t>& output_split_sizes,
                        const std::vector<int64_t>& input_split_sizes, Group group) {
+  CallerWaits waits;
   all_to_all_single_async(output, input, output_split_sizes, input_split_sizes, std::move(group))
       ->wait();
 }
 void send(const Tensor& tensor, int dst, Group group, uint32_t tag) {
+  CallerWaits waits;
   isend(tensor, dst, std::move(group), tag)->wait();
 }
 void recv(const Tensor& tensor, int src, Group group, uint32_t tag) {
+  CallerWaits waits;
   irecv(tensor, src, std::move(group), tag)->wait();
 }
 int recv_any(const Tensor& tensor, Group group, uint32_t tag) {
+  CallerWaits waits;
   WorkPtr work = irecv_any(tensor, std::move(group), tag);
   work->wait();
   return work->source_rank();
 }
-void barrier(Group group) { barrier_async(std::move(group))->wait(); }
+void barrier(Group group) {
+  CallerWaits waits;
+  barrier_async(std::move(group))->wait();
+}
 
 }  // namespace tdist::torch

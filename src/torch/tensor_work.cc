@@ -4,6 +4,7 @@
 #include "tensor_work.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -38,17 +39,37 @@ class Orphans {
   void adopt(std::function<bool()> finished, std::vector<Tensor> keep) TDIST_EXCLUDES(mu_) {
     MutexLock lock(mu_);
     pending_.emplace_back(std::move(finished), std::move(keep));
+    count_.store(pending_.size(), std::memory_order_relaxed);
   }
 
+  // Without a lock while there are none (every launch() calls it).
   void prune() TDIST_EXCLUDES(mu_) {
+    if (count_.load(std::memory_order_relaxed) == 0) return;
     MutexLock lock(mu_);
     std::erase_if(pending_, [](const auto& p) { return p.first(); });
+    count_.store(pending_.size(), std::memory_order_relaxed);
   }
 
  private:
   Mutex mu_;
+  std::atomic<size_t> count_{0};  // pending_.size(), read without mu_
   std::vector<std::pair<std::function<bool()>, std::vector<Tensor>>> pending_ TDIST_GUARDED_BY(mu_);
 };
+
+// The results of a finished operation into the caller's tensors. Writes outside autograd
+// (as the operation's own writes through data pointers are); an inference tensor only
+// accepts writes inside InferenceMode. InferenceMode(false) turns grad mode on, so
+// NoGradGuard comes after it.
+void copy_back(Staging& s) {
+  for (auto& [dst, src] : s.copy_back) {
+    c10::InferenceMode inference(dst.is_inference());
+    ::torch::NoGradGuard no_grad;
+    dst.copy_(src);
+  }
+}
+
+// Whether the thread's next tensor call is waited for at once (CallerWaits).
+thread_local bool caller_waits = false;
 
 // Wraps the process group's Work: completes when it does, after the copy-back.
 class TensorWork final : public Work {
@@ -100,16 +121,7 @@ class TensorWork final : public Work {
     return inner_->is_completed();
   }
 
-  // Writes outside autograd (as the operation's own writes through data pointers are);
-  // an inference tensor only accepts writes inside InferenceMode. InferenceMode(false)
-  // turns grad mode on, so NoGradGuard comes after it.
-  void copy_back_locked() TDIST_REQUIRES(mu_) {
-    for (auto& [dst, src] : staging_.copy_back) {
-      c10::InferenceMode inference(dst.is_inference());
-      ::torch::NoGradGuard no_grad;
-      dst.copy_(src);
-    }
-  }
+  void copy_back_locked() TDIST_REQUIRES(mu_) { copy_back(staging_); }
 
   WorkPtr inner_;
   Mutex mu_;
@@ -270,6 +282,9 @@ Staging open_staging(const char* op, const ProcessGroup& group,
   TDIST_THROW(InvalidArgument, detail::device_error(s.device), " (", op, ")");
 }
 
+CallerWaits::CallerWaits() : outer_(std::exchange(caller_waits, true)) {}
+CallerWaits::~CallerWaits() { caller_waits = outer_; }
+
 void adopt_orphan(std::function<bool()> finished, std::vector<Tensor> keep) {
   Orphans::get().adopt(std::move(finished), std::move(keep));
 }
@@ -280,6 +295,26 @@ WorkPtr launch(const char* op, Staging staging, const std::function<WorkPtr()>& 
   if (staging.mode != StageMode::kHost) return launch_cuda(op, std::move(staging), issue);
 #endif
   WorkPtr inner = issue();
+  if (caller_waits) {
+    // The caller waits at once (CallerWaits): finish here, and no Work around the group's.
+    // The Staging (the buffers) lives until then; a failure is thrown from here. Calls
+    // made by callbacks while this one waits are not the caller's: asynchronous.
+    caller_waits = false;
+    struct Restore {
+      ~Restore() { caller_waits = true; }
+    } restore;
+    try {
+      inner->wait();
+    } catch (...) {
+      // An operation that failed by the group's timeout may still run: keep its buffers.
+      if (!inner->is_completed()) {
+        adopt_orphan([inner] { return inner->is_completed(); }, std::move(staging.keep));
+      }
+      throw;
+    }
+    copy_back(staging);
+    return inner;
+  }
   auto work = std::make_shared<TensorWork>(op, inner, std::move(staging));
   // Complete (copy back) as soon as the group's Work does, so callbacks and futures on
   // this Work fire without a waiter; a dropped Work is left to the orphans.

@@ -89,7 +89,9 @@ void* stage_outputs(Staging& s, const char* op, const char* what,
 // returns the group's Work; the returned Work completes when that one does, after the
 // copy-back when it succeeded. CUDA tensors (cuda_work.h): the call is ordered after the
 // work queued on torch's current stream, and the Work has torch's semantics (wait(): the
-// caller's current stream waits; synchronize(): the host waits).
+// caller's current stream waits; synchronize(): the host waits). Inside a CallerWaits
+// scope (collectives.h), CPU tensors: waits for the group's Work itself, copies back, and
+// returns that Work, complete (a failure is thrown from here).
 WorkPtr launch(const char* op, Staging staging, const std::function<WorkPtr()>& issue);
 
 // Unfinished operations whose Work was dropped: `finished` says when it is done, and

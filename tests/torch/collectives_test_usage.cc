@@ -1,7 +1,7 @@
 // Tensor collectives over the "tcp" backend with ranks as threads, how they are called:
 // point-to-point with tags, barrier, async forms (copy-back inside wait/is_completed, a
-// bounded wait that times out, dropped Works), sub-groups and the default group, bad
-// input, which must fail before anything is sent (the group still works after), and
+// bounded wait that times out, dropped Works, CallerWaits scopes), sub-groups and the default
+// group, bad input, which must fail before anything is sent (the group still works after), and
 // tensors with autograd state or lazily negated views. With collectives_test.cc, part of
 // torch_test (collectives_test.cc instantiates the world sizes of CollectivesTest).
 #include <gtest/gtest.h>
@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -135,6 +136,51 @@ TEST(CollectivesAsyncTest, BoundedWaitTimesOutThenCompletes) {
     const Tensor want = values(::torch::kFloat, {kRows, kCols}, 0, 50) +
                         values(::torch::kFloat, {kRows, kCols}, 1, 50);
     expect_same(v.t, want, "after the timed-out wait");
+  });
+}
+
+TEST(CollectivesAsyncTest, CallerWaitsFinishesCallsInsideThem) {
+  run_world(2, [](int rank, const PG& pg) {
+    const Tensor want = values(::torch::kFloat, {kRows, kCols}, 0, 60) +
+                        values(::torch::kFloat, {kRows, kCols}, 1, 60);
+    // Issued before the scope: its callback, which may run on this thread while the scoped
+    // call runs the queue up to its own, issues a call that stays asynchronous (a send or
+    // receive: those need no order with the collectives, which the callback may precede).
+    View before = view_of(Layout::kTransposed, values(::torch::kFloat, {kRows, kCols}, rank, 60));
+    WorkPtr first = all_reduce_async(before.t, ReduceOpKind::kSum, pg);
+    Tensor from_callback = rank == 0 ? ::torch::full({4}, 7.0f) : ::torch::zeros({4});
+    std::promise<WorkPtr> issued;
+    first->add_callback([&] {
+      issued.set_value(rank == 0 ? isend(from_callback, 1, pg) : irecv(from_callback, 0, pg));
+    });
+    View v = view_of(Layout::kStrided, values(::torch::kFloat, {kRows, kCols}, rank, 60));
+    WorkPtr w;
+    {
+      CallerWaits waits;
+      w = all_reduce_async(v.t, ReduceOpKind::kSum, pg);
+      // Complete on return, the copy into the non-contiguous view included.
+      EXPECT_TRUE(w->is_completed());
+      EXPECT_TRUE(w->is_success());
+      expect_same(v.t, want, "inside CallerWaits");
+    }
+    first->wait();
+    expect_same(before.t, want, "issued before the scope");
+    WorkPtr later = issued.get_future().get();
+    later->wait();
+    expect_same(from_callback, ::torch::full({4}, 7.0f), "issued by a callback");
+    // After the scope, async calls are asynchronous Works again (completed by wait()).
+    Tensor t = ::torch::ones({kRows, kCols}).t();
+    WorkPtr after = all_reduce_async(t, ReduceOpKind::kSum, pg);
+    after->wait();
+    expect_same(t, ::torch::full({kCols, kRows}, 2.0f), "after the scope");
+  });
+}
+
+TEST(CollectivesAsyncTest, CallerWaitsThrowsTheOperationsError) {
+  run_world(2, [](int rank, const PG& pg) {
+    if (rank == 1) pg->abort();
+    CallerWaits waits;
+    EXPECT_THROW(all_reduce_async(::torch::ones({3}), ReduceOpKind::kSum, pg), PeerError);
   });
 }
 

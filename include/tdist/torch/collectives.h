@@ -84,6 +84,26 @@ class Group {
   bool given_ = false;
 };
 
+// A scope whose tensor calls the calling thread waits for at once, as the blocking forms
+// below do (they use one): inside it, an async form on CPU tensors runs its operation to
+// completion before it returns (this thread runs it, copies results into the caller's
+// tensors, and returns the group's Work, complete), and the operation's failure is thrown
+// by the call itself. That saves the Work that otherwise wraps the group's until the
+// copy-back (a few hundred ns a call). CUDA tensors are unaffected, and so are calls made
+// while such a call waits (by a callback of another Work that finishes meanwhile on this
+// thread): those stay asynchronous. Scopes nest; each belongs to the thread that made it
+// and must end on it, in reverse order of making.
+class CallerWaits {
+ public:
+  CallerWaits();
+  ~CallerWaits();
+  CallerWaits(const CallerWaits&) = delete;
+  CallerWaits& operator=(const CallerWaits&) = delete;
+
+ private:
+  bool outer_;  // the thread's state before this scope
+};
+
 // Element-wise `op` over every rank's `tensor`, in place.
 void all_reduce(const ::torch::Tensor& tensor, ReduceOp op = ReduceOpKind::kSum, Group group = {});
 WorkPtr all_reduce_async(const ::torch::Tensor& tensor, ReduceOp op = ReduceOpKind::kSum,
