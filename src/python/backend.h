@@ -14,8 +14,9 @@
 // take many and run them as one operation of the group (backend_coalesced.cc).
 //
 // What c10d::Backend offers beyond the collectives (backend_group.cc): any-source receive
-// (Work::sourceRank), coalescing (startCoalescing/endCoalescing: the point-to-point calls in
-// between become one batch_isend_irecv), split, setTimeout and per-call timeouts,
+// (Work::sourceRank), coalescing (startCoalescing/endCoalescing: the calls in between are
+// issued as they come, and endCoalescing's one Work covers them all), split, setTimeout and
+// per-call timeouts,
 // monitoredBarrier, sequence numbers, collective timing, shutdown and abort.
 // Thread-safety: as a tdist ProcessGroup's; calls are ordered by their issue. Coalescing
 // belongs to the thread that started it, as c10d's does.
