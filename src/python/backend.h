@@ -16,8 +16,8 @@
 // What c10d::Backend offers beyond the collectives (backend_group.cc): any-source receive
 // (Work::sourceRank), coalescing (startCoalescing/endCoalescing: the calls in between are
 // issued as they come, and endCoalescing's one Work covers them all), split, setTimeout and
-// per-call timeouts,
-// monitoredBarrier, sequence numbers, collective timing, shutdown and abort.
+// per-call timeouts, monitoredBarrier, sequence numbers, collective timing, shutdown and
+// abort.
 // Thread-safety: as a tdist ProcessGroup's; calls are ordered by their issue. Coalescing
 // belongs to the thread that started it, as c10d's does.
 #pragma once

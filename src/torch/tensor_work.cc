@@ -294,15 +294,16 @@ WorkPtr launch(const char* op, Staging staging, const std::function<WorkPtr()>& 
 #if TDIST_TORCH_CUDA
   if (staging.mode != StageMode::kHost) return launch_cuda(op, std::move(staging), issue);
 #endif
+  // Calls made by callbacks that run while this one is issued or waited for are not the
+  // caller's: asynchronous.
+  struct Restore {
+    bool waits;
+    ~Restore() { caller_waits = waits; }
+  } restore{std::exchange(caller_waits, false)};
   WorkPtr inner = issue();
-  if (caller_waits) {
+  if (restore.waits) {
     // The caller waits at once (CallerWaits): finish here, and no Work around the group's.
-    // The Staging (the buffers) lives until then; a failure is thrown from here. Calls
-    // made by callbacks while this one waits are not the caller's: asynchronous.
-    caller_waits = false;
-    struct Restore {
-      ~Restore() { caller_waits = true; }
-    } restore;
+    // The Staging (the buffers) lives until then; a failure is thrown from here.
     try {
       inner->wait();
     } catch (...) {
