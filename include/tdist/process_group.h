@@ -26,6 +26,8 @@
 //
 // Thread-safety: all methods may be called from any thread; operations issued from
 // several threads are ordered by the time each call entered the group.
+// Blocking calls: inside a WaitsAtOnce scope (below) a collective may run on the calling
+// thread before the call returns.
 // This base class never names a backend: backends register a factory by name
 // (backend.h) and derive from it, implementing the protected do_* methods that the
 // public, non-virtual ones call once the arguments are checked and numbered.
@@ -56,6 +58,27 @@ struct OpFingerprint;
 namespace diag {
 class FlightRecorder;
 }
+
+// A scope in which this thread waits for each collective it issues at once, as in
+// `pg.all_reduce(...)->wait()`. A built-in group (tcp, shm, auto, cuda_ipc) then runs the
+// collective on this thread inside the call when none of its operations is queued or
+// running: no queue, no Work to hand over, no wake-up of its worker. It returns the Work
+// finished, and wait() rethrows its error as usual. Otherwise the collective is queued
+// as outside a scope. Point-to-point calls are unchanged. Scopes nest;
+// WaitsAtOnce(false) turns it off within. Code that runs on this thread during the
+// operation (callbacks) issues as outside any scope.
+class WaitsAtOnce {
+ public:
+  explicit WaitsAtOnce(bool on = true);
+  ~WaitsAtOnce();
+  WaitsAtOnce(const WaitsAtOnce&) = delete;
+  WaitsAtOnce& operator=(const WaitsAtOnce&) = delete;
+  // Whether the calling thread is in a scope that is on.
+  static bool active();
+
+ private:
+  bool outer_;
+};
 
 // One send or receive of batch_isend_irecv.
 struct P2POp {

@@ -55,9 +55,25 @@ void OpQueue::run_front_locked() {
     MutexUnlock unlocked(mu_);
     task.work->run(task.seq);
   }
+  ran_locked();
+}
+
+void OpQueue::ran_locked() {
   running_ = false;
   // Callers waiting to run their own operation; the worker when more is queued.
   if (run_waiters_ > 0 || stopping_ || (!queue_.empty() && worker_idle_)) cv_.notify_all();
+}
+
+bool OpQueue::reserve() {
+  MutexLock lock(mu_);
+  if (running_ || stopping_ || !queue_.empty()) return false;
+  running_ = true;
+  return true;
+}
+
+void OpQueue::release() {
+  MutexLock lock(mu_);
+  ran_locked();
 }
 
 void OpQueue::run_worker() {
@@ -112,6 +128,14 @@ void OpQueue::run_until(const Work* work) {
 void QueuedWork::poll(Deadline deadline) {
   auto group = group_.lock();
   if (!group) return;
+  if (reserved_.load(std::memory_order_acquire) && reserved_.exchange(false)) {
+    {
+      const WaitsAtOnce off(false);  // what the operation's code issues is not the caller's
+      run(reserved_seq_);
+    }
+    queue_->release();
+    return;
+  }
   if (deadline.is_never() || deadline.remaining() >= queue_->longest_op()) {
     queue_->run_until(this);
   }

@@ -50,6 +50,11 @@ class OpQueue {
   // another thread is running one, waits for it to end first; returns as soon as `work`'s
   // operation is no longer queued (this thread ran it, or another took it).
   void run_until(const Work* work) TDIST_EXCLUDES(mu_);
+  // For a caller that waits at once (WaitsAtOnce): when nothing is queued or running,
+  // marks an operation running (later pushes queue behind it) and returns true; the caller
+  // then runs its operation itself and calls release(). False: push as usual.
+  bool reserve() TDIST_EXCLUDES(mu_);
+  void release() TDIST_EXCLUDES(mu_);
   // Lets queued operations finish and joins the worker; idempotent.
   void stop() TDIST_EXCLUDES(mu_);
 
@@ -65,6 +70,8 @@ class OpQueue {
   void run_worker() TDIST_EXCLUDES(mu_);
   // Pops the front task and runs it with mu_ released.
   void run_front_locked() TDIST_REQUIRES(mu_);
+  // An operation stopped running: wakes whoever waits for that.
+  void ran_locked() TDIST_REQUIRES(mu_);
   // Whether `work`'s operation is still queued.
   bool queued_locked(const Work* work) const TDIST_REQUIRES(mu_);
 
@@ -101,6 +108,13 @@ class QueuedWork : public Work, public DeviceWork {
   // Runs the operation, numbered `seq`; it must finish this Work (and not throw). The
   // queue calls it once.
   virtual void run(uint64_t seq) = 0;
+  // Instead of pushing it: the queue was reserved for this operation, numbered `seq`
+  // (OpQueue::reserve), which the first poll runs, on whichever thread polls, then
+  // releases the queue.
+  void run_on_poll(uint64_t seq) {
+    reserved_seq_ = seq;
+    reserved_.store(true, std::memory_order_release);
+  }
 
  protected:
   void poll(Deadline deadline) override;
@@ -108,6 +122,8 @@ class QueuedWork : public Work, public DeviceWork {
  private:
   std::weak_ptr<ProcessGroup> group_;  // keeps queue_ alive while locked
   OpQueue* queue_;
+  std::atomic<bool> reserved_{false};  // run_on_poll: this Work's operation holds the queue
+  uint64_t reserved_seq_ = 0;
   std::shared_ptr<void> event_owner_;
   std::atomic<void*> event_{nullptr};
 };

@@ -3,6 +3,7 @@
 // A check that fails throws InvalidArgument before the backend sees the call.
 #include <cstdint>
 #include <limits>
+#include <utility>
 
 #include "core/op_fingerprint.h"
 #include "diag/flight_recorder.h"
@@ -67,17 +68,32 @@ void check_peer(const char* op, int peer, int rank, int size) {
 template <typename Call>
 WorkPtr ProcessGroup::numbered(const core::OpFingerprint& fp, Call&& call) {
   if (debug_detail_) detail_check(fp);
-  MutexLock lock(issue_mu_);
-  const uint64_t seq = next_seq_.load(std::memory_order_relaxed);
-  if (!registered_) {
-    registered_ = true;
-    diag::register_group(weak_from_this());
+  WorkPtr work;
+  {
+    MutexLock lock(issue_mu_);
+    const uint64_t seq = next_seq_.load(std::memory_order_relaxed);
+    if (!registered_) {
+      registered_ = true;
+      diag::register_group(weak_from_this());
+    }
+    recorder_->enqueued(seq, fp);
+    work = call(seq);
+    next_seq_.store(seq + 1, std::memory_order_release);
   }
-  recorder_->enqueued(seq, fp);
-  WorkPtr work = call(seq);
-  next_seq_.store(seq + 1, std::memory_order_release);
+  // The caller waits at once (WaitsAtOnce): a backend may have left the operation to this
+  // thread, which its Work's poll runs (pg::QueuedWork); outside issue_mu_, so that other
+  // threads issue meanwhile. Other Works are only tested.
+  if (WaitsAtOnce::active()) (void)work->is_completed();
   return work;
 }
+
+namespace {
+thread_local bool waits_at_once = false;
+}  // namespace
+
+WaitsAtOnce::WaitsAtOnce(bool on) : outer_(std::exchange(waits_at_once, on)) {}
+WaitsAtOnce::~WaitsAtOnce() { waits_at_once = outer_; }
+bool WaitsAtOnce::active() { return waits_at_once; }
 
 const char* ProcessGroup::p2p_name(std::span<const P2POp> ops) {
   if (ops.size() != 1) return "batch_isend_irecv";

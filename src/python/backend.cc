@@ -1,8 +1,6 @@
 // TdistBackend (backend.h): torch.distributed's backend calls on tdist's tensor collectives.
 #include "backend.h"
 
-#include <ATen/record_function.h>
-
 #include <utility>
 
 #include "backend_calls.h"
@@ -97,7 +95,7 @@ TdistBackend::WorkRef TdistBackend::issue(OpType type, std::vector<WorkPtr> work
 
 bool TdistBackend::finishes_in_call(bool run_now, std::chrono::milliseconds timeout) const {
   return run_now && !coalescing_on_.load(std::memory_order_acquire) &&
-         !timing_.load(std::memory_order_relaxed) && !at::hasCallbacks() &&
+         !timing_.load(std::memory_order_relaxed) && !profiler_on() &&
          timeout_of(timeout) == ::c10d::kUnsetTimeout;
 }
 

@@ -50,7 +50,7 @@ std::string timed_out(const char* what) {
 // The profiler's name of a call ("tdist:all_reduce", as gloo's "gloo:all_reduce"), when
 // the profiler (or another RecordFunction callback) is on; else null: no event, no cost.
 const char* profiled(::c10d::OpType type, const std::vector<at::Tensor>* inputs) {
-  if (inputs == nullptr || !at::hasCallbacks()) return nullptr;
+  if (inputs == nullptr || !profiler_on()) return nullptr;
   using ::c10d::OpType;
   switch (type) {
     case OpType::BROADCAST:
@@ -108,6 +108,12 @@ int64_t steady_ns() {
 }
 
 }  // namespace
+
+bool profiler_on() {
+  // The dispatcher's own test: a thread-local copy of the callbacks, rebuilt when they
+  // change (at::hasCallbacks locks the global list).
+  return at::getStepCallbacksUnlessEmpty(at::RecordScope::USER_SCOPE).has_value();
+}
 
 std::exception_ptr to_torch_error(std::exception_ptr error) {
   if (error == nullptr) return nullptr;

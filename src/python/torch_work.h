@@ -35,6 +35,8 @@
 
 namespace tdist::python {
 
+// Whether a RecordFunction callback (torch's profiler) would see a user-scope event now.
+bool profiler_on();
 // The torch exception for a tdist error (or for any other exception, unchanged).
 std::exception_ptr to_torch_error(std::exception_ptr error);
 // Runs `fn`, rethrowing what it throws as to_torch_error does.

@@ -300,7 +300,12 @@ WorkPtr launch(const char* op, Staging staging, const std::function<WorkPtr()>& 
     bool waits;
     ~Restore() { caller_waits = waits; }
   } restore{std::exchange(caller_waits, false)};
-  WorkPtr inner = issue();
+  WorkPtr inner;
+  {
+    // The group may run the operation inside the call (process_group.h).
+    const WaitsAtOnce at_once(restore.waits);
+    inner = issue();
+  }
   if (restore.waits) {
     // The caller waits at once (CallerWaits): finish here, and no Work around the group's.
     // The Staging (the buffers) lives until then; a failure is thrown from here.

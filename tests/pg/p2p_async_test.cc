@@ -1,7 +1,7 @@
 // Point-to-point and asynchronous completion of the "tcp" backend, ranks as threads:
 // tags matched out of order, equal tags in order, batch_isend_irecv ring exchanges,
 // sends to self rejected; many collectives in flight waited in reverse order, and the
-// Work state (is_completed, is_success, exception).
+// Work state (is_completed, is_success, exception); WaitsAtOnce.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -259,6 +259,56 @@ TEST(AsyncTest, DestroyingAGroupLetsQueuedOperationsFinish) {
           << "rank " << rank << " op " << k << ": " << describe(works[k]->exception());
       EXPECT_EQ(data[k][kCount - 1], 0 + 1 + 2) << "rank " << rank << " op " << k;
     }
+  });
+}
+
+TEST(AsyncTest, WaitsAtOnceRunsTheCollectiveInsideTheCall) {
+  ThreadWorld world(2);
+  ASSERT_TRUE(world.ok());
+  world.run([](int rank, ProcessGroup& pg) {
+    EXPECT_FALSE(WaitsAtOnce::active());
+    {
+      const WaitsAtOnce at_once;
+      EXPECT_TRUE(WaitsAtOnce::active());
+      // Nothing queued: the call returns with the collective finished.
+      std::vector<int32_t> v(1000, rank + 1);
+      WorkPtr w = pg.all_reduce(v.data(), v.size(), DType::kI32);
+      EXPECT_TRUE(w->is_success()) << "not finished inside the call";
+      EXPECT_EQ(v.back(), 3);
+      {
+        const WaitsAtOnce off(false);
+        EXPECT_FALSE(WaitsAtOnce::active());
+      }
+      EXPECT_TRUE(WaitsAtOnce::active());
+    }
+    EXPECT_FALSE(WaitsAtOnce::active());
+    // An asynchronous collective still queued: the next one, in a scope, queues behind it
+    // and both finish in order.
+    std::vector<int64_t> a(200000, rank);
+    WorkPtr first = pg.all_reduce(a.data(), a.size(), DType::kI64);
+    int32_t b = rank + 10;
+    WorkPtr second;
+    {
+      const WaitsAtOnce at_once;
+      second = pg.all_reduce(&b, 1, DType::kI32, ReduceOpKind::kMax);
+    }
+    second->wait();
+    first->wait();
+    EXPECT_EQ(a.front(), 1);
+    EXPECT_EQ(b, 11);
+  });
+  // A collective that fails inside the call: wait rethrows the error, and the queue is
+  // released (later calls fail the same way; none hangs).
+  ThreadWorld alone(1);
+  ASSERT_TRUE(alone.ok());
+  alone.run([](int /*rank*/, ProcessGroup& pg) {
+    pg.abort();
+    const WaitsAtOnce at_once;
+    int32_t c = 0;
+    WorkPtr failed = pg.all_reduce(&c, 1, DType::kI32);
+    EXPECT_NE(failed->exception(), nullptr);
+    EXPECT_THROW(failed->wait(), PeerError);
+    EXPECT_THROW(pg.barrier()->wait(), PeerError);
   });
 }
 

@@ -116,7 +116,13 @@ WorkPtr CommProcessGroup::enqueue(uint64_t seq, const core::OpFingerprint& fp, R
   auto work =
       std::allocate_shared<Call>(core::CachingAllocator<Call>(), core::op_kind_name(fp.kind),
                                  weak_from_this(), ops_, std::move(call));
-  ops_.push(seq, work);
+  // A caller that waits at once runs it itself when the queue is idle (WaitsAtOnce):
+  // ProcessGroup polls the Work before the call returns.
+  if (WaitsAtOnce::active() && ops_.reserve()) {
+    work->run_on_poll(seq);
+  } else {
+    ops_.push(seq, work);
+  }
   return work;
 }
 

@@ -7,7 +7,9 @@
 // every message), and run one at a time, in that order, by the group's OpQueue (op_queue.h): its
 // worker thread, which blocks (never spins) while it waits, or a thread that waits on a Work whose
 // operation has not started, which runs the queued operations up to it itself, so the common
-// `all_reduce(...)->wait()` costs no hand-off between threads. Point-to-point operations go to the
+// `all_reduce(...)->wait()` costs no hand-off between threads. Inside a WaitsAtOnce scope
+// (process_group.h) a collective issued while the queue is idle is not queued at all: the
+// queue is reserved for it and the issuing call runs it. Point-to-point operations go to the
 // transport directly from the calling thread and complete inside it; so do receives from any
 // source (transport::Comm::irecv_any).
 //
