@@ -210,7 +210,9 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // rank i is the i-th smallest. Returns nullptr on ranks that are not members.
   std::shared_ptr<ProcessGroup> new_group(std::vector<int> ranks);
   // Ranks with the same color form a group, ordered by (key, rank); a negative color
-  // joins none and gets nullptr.
+  // joins none and gets nullptr. The tcp, shm, auto and cuda_ipc backends build it on this
+  // group's connections (no new connection; transport/context_comm.h), so it shares their
+  // fate: an abort of either group, or a lost link, fails both. new_group connects anew.
   std::shared_ptr<ProcessGroup> split(int color, int key);
 
   // Aborts the group: pending and later operations fail with PeerError on every rank.
@@ -236,6 +238,12 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // Creates this backend's group over `store` for the members of a new sub-group.
   virtual std::shared_ptr<ProcessGroup> make_subgroup(std::shared_ptr<Store> store, int rank,
                                                       int size, std::vector<int> global_ranks) = 0;
+  // The same for split(): `members` are the new group's ranks as ranks of this group, by
+  // new rank. A backend may build it from this group's connections; by default
+  // make_subgroup.
+  virtual std::shared_ptr<ProcessGroup> make_split_subgroup(std::shared_ptr<Store> store,
+                                                            const std::vector<int>& members,
+                                                            std::vector<int> global_ranks);
 
   // ---- what a backend implements ----
   // The public call of the same name, after its arguments passed the shared checks
@@ -289,7 +297,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
 
  private:
   std::shared_ptr<ProcessGroup> make_member_group(const std::vector<int>& members,
-                                                  const std::string& name);
+                                                  const std::string& name, bool split = false);
 
   std::shared_ptr<Store> store_;
   int rank_;

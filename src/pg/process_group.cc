@@ -55,7 +55,7 @@ int ProcessGroup::group_rank(int global) const {
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::make_member_group(const std::vector<int>& members,
-                                                              const std::string& name) {
+                                                              const std::string& name, bool split) {
   auto me = std::find(members.begin(), members.end(), rank_);
   if (me == members.end()) return nullptr;
   std::vector<int> globals;
@@ -63,10 +63,19 @@ std::shared_ptr<ProcessGroup> ProcessGroup::make_member_group(const std::vector<
   for (int r : members) globals.push_back(global_rank(r));
   auto sub_store = std::make_shared<PrefixStore>(name, store_);
   std::shared_ptr<ProcessGroup> group =
-      make_subgroup(std::move(sub_store), static_cast<int>(me - members.begin()),
-                    static_cast<int>(members.size()), std::move(globals));
+      split ? make_split_subgroup(std::move(sub_store), members, std::move(globals))
+            : make_subgroup(std::move(sub_store), static_cast<int>(me - members.begin()),
+                            static_cast<int>(members.size()), std::move(globals));
   if (group) group->name_ = name_ == "default" ? name : name_ + "/" + name;
   return group;
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::make_split_subgroup(std::shared_ptr<Store> store,
+                                                                const std::vector<int>& members,
+                                                                std::vector<int> global_ranks) {
+  const auto me = std::find(members.begin(), members.end(), rank_);
+  return make_subgroup(std::move(store), static_cast<int>(me - members.begin()),
+                       static_cast<int>(members.size()), std::move(global_ranks));
 }
 
 std::string ProcessGroup::flight_record() const {
@@ -143,7 +152,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key) {
   std::sort(members.begin(), members.end());
   std::vector<int> ranks;
   for (const auto& m : members) ranks.push_back(m.second);
-  return make_member_group(ranks, base + "color" + std::to_string(color));
+  return make_member_group(ranks, base + "color" + std::to_string(color), /*split=*/true);
 }
 
 }  // namespace tdist

@@ -20,6 +20,12 @@
 // Tags: collectives use collective_tag(seq, step) (the group's operation sequence number
 // and a step within the operation); user point-to-point tags are p2p_tag(tag). The two
 // ranges never overlap.
+// Contexts: a tag's bits 55..62 name its context, 0 for a Comm used as it is. Groups split
+// from one group share its Comm, each through a ContextComm (context_comm.h) that sets its
+// own context in every tag, so their messages never meet; each context checks its own
+// collectives (below). Layout: bit 63 point-to-point; bits 55..62 the context; then a
+// collective's low 31 bits of `seq` (bits 24..54) and its step (bits 0..23), or a
+// point-to-point message's user tag (bits 0..31).
 //
 // Fingerprints: a group calls begin_collective(seq, fp) before it runs collective `seq`.
 // From then on every message with that sequence number carries the fingerprint (the
@@ -28,7 +34,8 @@
 // operations ("rank 0 called all_reduce #41 f32 x1024 sum; rank 1 called broadcast #41 f32
 // x1024 root 0"); so does a message of a collective this rank has already finished, since
 // no receive will ever take it. The peers learn the reason with the abort (DesyncError
-// there too). Tags: a collective tag holds the low 39 bits of `seq`.
+// there too), in each context separately. Sequence numbers are compared as the 31 bits a
+// tag holds, modulo 2^31 (collectives run in order; none is 2^30 behind another).
 //
 // Any source (MPI_ANY_SOURCE): irecv_any(tag) receives the next message with `tag` (a
 // p2p_tag) from whichever rank sends one; Request::source() then names that rank. The rule is
@@ -76,18 +83,29 @@
 namespace tdist::transport {
 
 inline constexpr uint64_t kP2PTagBit = uint64_t{1} << 63;
+inline constexpr int kContextShift = 55;
+// The highest context a tag may name (255 stays free).
+inline constexpr uint32_t kMaxContext = 254;
+inline constexpr int kTagSeqBits = 31;
 // The peer of a receive posted for any source (irecv_any), where a rank is expected.
 inline constexpr int kAnySource = -1;
 
 // Tag of step `step` (< 2^24) of collective number `seq` on a group.
 constexpr uint64_t collective_tag(uint64_t seq, uint32_t step) {
-  return ((seq & ((uint64_t{1} << 39) - 1)) << 24) | (step & 0xFFFFFFu);
+  return ((seq & ((uint64_t{1} << kTagSeqBits) - 1)) << 24) | (step & 0xFFFFFFu);
 }
 
 // Tag of a user's point-to-point message.
 constexpr uint64_t p2p_tag(uint32_t user_tag) { return kP2PTagBit | user_tag; }
 // Whether a message's tag is a point-to-point one (the transport's own tags aside).
 constexpr bool is_p2p_tag(uint64_t tag) { return (tag & kP2PTagBit) != 0; }
+// `tag` (of context 0) in context `context` (<= kMaxContext), and a tag's context.
+constexpr uint64_t in_context(uint64_t tag, uint32_t context) {
+  return tag | (uint64_t{context} << kContextShift);
+}
+constexpr uint32_t tag_context(uint64_t tag) {
+  return static_cast<uint32_t>((tag >> kContextShift) & 0xFF);
+}
 
 class Request {
  public:

@@ -33,6 +33,32 @@ Topology Topology::from_host_keys(const std::vector<std::string>& keys) {
   return t;
 }
 
+Topology Topology::of_ranks(const std::vector<int>& ranks) const {
+  Topology t;
+  t.link = link;
+  // Renumbers `of` (by rank, here) for the group: numbers by first appearance.
+  auto renumber = [&](const std::vector<int>& of, std::vector<int>* out, std::vector<int>* old) {
+    if (of.empty()) return;
+    std::map<int, int> number;
+    for (int r : ranks) {
+      const int before = of[static_cast<size_t>(r)];
+      const auto [it, added] = number.emplace(before, static_cast<int>(number.size()));
+      if (added && old != nullptr) old->push_back(before);
+      out->push_back(it->second);
+    }
+  };
+  renumber(host_of, &t.host_of, nullptr);
+  std::vector<int> machines;  // the new machine i's old number
+  renumber(machine_of, &t.machine_of, &machines);
+  if (!machine_cpus.empty()) {
+    for (int m : machines) {
+      const auto i = static_cast<size_t>(m);
+      t.machine_cpus.push_back(i < machine_cpus.size() ? machine_cpus[i] : 0);
+    }
+  }
+  return t;
+}
+
 int Topology::num_machines() const {
   if (machine_of.empty()) return 1;
   return *std::max_element(machine_of.begin(), machine_of.end()) + 1;

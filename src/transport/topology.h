@@ -39,6 +39,10 @@ struct Topology {
 
   // From every rank's host key, by rank: host_of and machine_of.
   static Topology from_host_keys(const std::vector<std::string>& keys);
+  // The topology of a group of some of these ranks (`ranks`: its rank i is ranks[i]): hosts
+  // and machines renumbered in order of their lowest rank there; the same link class and
+  // CPUs per machine. Unknown stays unknown.
+  Topology of_ranks(const std::vector<int>& ranks) const;
 
   bool known() const { return !host_of.empty(); }
   int num_hosts() const;

@@ -1,9 +1,13 @@
 // Sub-groups of the "tcp" backend, ranks as threads: new_group and split membership and
 // rank translation, nested sub-groups, and collectives on a sub-group running
-// concurrently with collectives on its parent (two threads issuing on each rank).
+// concurrently with collectives on its parent (two threads issuing on each rank). Splits
+// run on their parent's connections (transport/context_comm.h): no descriptor opened, their
+// messages apart from the parent's, their checks their own, their fate the parent's.
+#include <dirent.h>
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -137,6 +141,120 @@ TEST(SubGroupTest, AsyncOperationsOnParentAndSubGroupInterleave) {
     const int32_t pair_sum = rank < 2 ? 10 * (1 + 2) : 10 * (3 + 4);
     EXPECT_EQ(a[999], 1 + 2 + 3 + 4);
     EXPECT_EQ(b[0], pair_sum);
+  });
+}
+
+// This process's open file descriptors.
+int open_fds() {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  int n = 0;
+  while (::readdir(dir) != nullptr) ++n;
+  ::closedir(dir);
+  return n;
+}
+
+TEST(SubGroupTest, SplitsOpenNoConnectionWhereNewGroupsDo) {
+  ThreadWorld world(4);
+  ASSERT_TRUE(world.ok());
+  std::vector<int> counts;  // rank 0's, between barriers
+  world.run([&](int rank, ProcessGroup& pg) {
+    auto count = [&] {
+      pg.barrier()->wait();
+      if (rank == 0) counts.push_back(open_fds());
+      pg.barrier()->wait();
+    };
+    count();
+    std::shared_ptr<ProcessGroup> half = pg.split(rank % 2, rank);
+    ASSERT_NE(half, nullptr);
+    std::shared_ptr<ProcessGroup> nested = half->split(0, -rank);  // a split of a split
+    ASSERT_NE(nested, nullptr);
+    sum_round(*half, 1, "split");
+    sum_round(*nested, 2, "split of a split");
+    count();
+    // A new group connects anew: the count above could have grown.
+    std::shared_ptr<ProcessGroup> fresh = pg.new_group({0, 1, 2, 3});
+    sum_round(*fresh, 3, "new_group");
+    count();
+  });
+  ASSERT_EQ(counts.size(), 3u);
+  EXPECT_EQ(counts[1], counts[0]) << "a split opened descriptors";
+  EXPECT_GT(counts[2], counts[1]) << "new_group opened none: the check above proves nothing";
+}
+
+TEST(SubGroupTest, SplitMessagesNeverMeetTheParentsAndNameTheSplitsRanks) {
+  ThreadWorld world(4);
+  ASSERT_TRUE(world.ok());
+  world.run([](int rank, ProcessGroup& pg) {
+    std::shared_ptr<ProcessGroup> reversed = pg.split(0, -rank);  // its rank 3 - rank
+    ASSERT_NE(reversed, nullptr);
+    ASSERT_EQ(reversed->rank(), 3 - rank);
+    // World rank 3 sends on the split first, then on the world, with one tag; world rank
+    // 2 receives the world's message first: it must not take the split's.
+    int32_t split_value = 100, world_value = 200;
+    if (rank == 3) {
+      reversed->send(&split_value, 1, DType::kI32, /*dst=*/1, /*tag=*/5);
+      pg.send(&world_value, 1, DType::kI32, /*dst=*/2, /*tag=*/5);
+    } else if (rank == 2) {
+      int32_t got = 0;
+      pg.recv(&got, 1, DType::kI32, /*src=*/3, /*tag=*/5);
+      EXPECT_EQ(got, 200);
+      EXPECT_EQ(reversed->recv_any(&got, 1, DType::kI32, /*tag=*/5), 0);  // the split's rank
+      EXPECT_EQ(got, 100);
+    }
+    pg.barrier()->wait();
+  });
+}
+
+TEST(SubGroupTest, SplitAndParentRunDifferentCollectivesAtOnceEachCheckedOnItsOwn) {
+  ThreadWorld world(4);
+  ASSERT_TRUE(world.ok());
+  world.run([](int rank, ProcessGroup& pg) {
+    std::shared_ptr<ProcessGroup> half = pg.split(rank / 2, rank);  // {0,1}, {2,3}
+    ASSERT_NE(half, nullptr);
+    constexpr int kRounds = 40;
+    // Collective #n of the split and #n of the world differ in operation and count: the
+    // fingerprints of one context must never be held against the other's.
+    std::thread on_half([&] {
+      std::vector<int32_t> v(17);
+      for (int round = 0; round < kRounds; ++round) {
+        for (size_t i = 0; i < v.size(); ++i) v[i] = half->rank() == 1 ? round : -1;
+        half->broadcast(v.data(), v.size(), DType::kI32, /*root=*/1)->wait();
+        EXPECT_EQ(v[16], round) << "rank " << rank;
+      }
+    });
+    for (int round = 0; round < kRounds; ++round) sum_round(pg, round, "world");
+    on_half.join();
+
+    // And a split whose ranks disagree fails with a DesyncError naming both calls.
+    int32_t x[8] = {};
+    WorkPtr work = half->rank() == 0 ? half->all_reduce(x, 8, DType::kI32)
+                                     : half->broadcast(x, 8, DType::kI32, /*root=*/0);
+    try {
+      work->wait(Deadline::after(std::chrono::seconds(10)));
+      ADD_FAILURE() << "rank " << rank << ": no error";
+    } catch (const DesyncError& e) {
+      const std::string text = e.what();
+      EXPECT_TRUE(text.find("all_reduce") != std::string::npos &&
+                  text.find("broadcast") != std::string::npos)
+          << text;
+    }
+  });
+}
+
+TEST(SubGroupTest, ASplitSharesItsParentsFate) {
+  ThreadWorld world(2);
+  ASSERT_TRUE(world.ok());
+  world.run([](int rank, ProcessGroup& pg) {
+    std::shared_ptr<ProcessGroup> both = pg.split(0, rank);
+    ASSERT_NE(both, nullptr);
+    sum_round(*both, 0, "split");
+    if (rank == 0) both->abort();
+    int32_t v = 1;
+    EXPECT_THROW(pg.all_reduce(&v, 1, DType::kI32)->wait(Deadline::after(std::chrono::seconds(10))),
+                 PeerError)
+        << "rank " << rank;
+    EXPECT_THROW(both->all_reduce(&v, 1, DType::kI32)->wait(), PeerError) << "rank " << rank;
   });
 }
 

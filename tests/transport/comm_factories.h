@@ -16,9 +16,11 @@
 #include "comm_test_util.h"
 #include "net/tls.h"
 #include "support/test_certs.h"
+#include "tdist/prefix_store.h"
 #include "tdist/store.h"
 #include "transport/comm.h"
 #include "transport/connect.h"
+#include "transport/context_comm.h"
 #include "transport/shm/shm_comm.h"
 #include "transport/tcp/tcp_comm.h"
 
@@ -59,6 +61,21 @@ inline const std::shared_ptr<const net::tls::Context>& test_tls_context() {
   return context;
 }
 
+// Shared memory and TCP in one Comm: ranks {0,1}, {2,3}, ... get fake host keys of their
+// own "host" (shm inside it, tcp between them).
+inline std::unique_ptr<Comm> mixed_comm(std::shared_ptr<Store> store, int rank, int size,
+                                        const CommTestOptions& o) {
+  ShmCommOptions shm;
+  shm.ring_bytes = o.ring_bytes;
+  ChannelKinds kinds;
+  kinds.push_back(make_shm_kind(shm));
+  kinds.push_back(make_tcp_kind(TcpCommOptions{}));
+  ConnectOptions options;
+  options.timeout = o.setup_timeout;
+  options.host_key = "test-host-" + std::to_string(rank / 2);
+  return connect_comm(std::move(store), rank, size, std::move(kinds), options);
+}
+
 // Every transport of the suite.
 inline const std::vector<CommFactory>& comm_factories() {
   test_tls_context();
@@ -85,19 +102,19 @@ inline const std::vector<CommFactory>& comm_factories() {
          options.ring_bytes = o.ring_bytes;
          return connect_shm_comm(std::move(store), rank, size, options);
        }},
-      // Shared memory and TCP in one Comm: ranks {0,1}, {2,3}, ... get fake host keys of
-      // their own "host" (shm inside it, tcp between them).
       {"mixed",
        [](std::shared_ptr<Store> store, int rank, int size, const CommTestOptions& o) {
-         ShmCommOptions shm;
-         shm.ring_bytes = o.ring_bytes;
-         ChannelKinds kinds;
-         kinds.push_back(make_shm_kind(shm));
-         kinds.push_back(make_tcp_kind(TcpCommOptions{}));
-         ConnectOptions options;
-         options.timeout = o.setup_timeout;
-         options.host_key = "test-host-" + std::to_string(rank / 2);
-         return connect_comm(std::move(store), rank, size, std::move(kinds), options);
+         return mixed_comm(std::move(store), rank, size, o);
+       }},
+      // The mixed Comm seen through a ContextComm of all its ranks (context_comm.h): what
+      // a group split from another one gets; every tag carries its context.
+      {"mixed_context",
+       [](std::shared_ptr<Store> store, int rank, int size, const CommTestOptions& o) {
+         std::shared_ptr<Comm> parent = mixed_comm(store, rank, size, o);
+         std::vector<int> members(static_cast<size_t>(size));
+         for (int r = 0; r < size; ++r) members[static_cast<size_t>(r)] = r;
+         PrefixStore split("split", store);
+         return make_context_comm(parent, members, split, Deadline::after(o.setup_timeout));
        }},
   };
   return factories;

@@ -12,6 +12,7 @@
 #include "diag/error_context.h"
 #include "diag/status.h"
 #include "tdist/error.h"
+#include "transport/context_comm.h"
 
 namespace tdist::backends {
 namespace {
@@ -83,12 +84,13 @@ void all_to_allv_any(const coll::Ctx& ctx, const void* send, std::span<const siz
 CommProcessGroup::CommProcessGroup(std::string backend, CommFactory factory,
                                    std::shared_ptr<Store> store, int rank, int size,
                                    std::chrono::milliseconds timeout, std::vector<int> global_ranks,
-                                   std::shared_ptr<CommDevice> device)
+                                   std::shared_ptr<CommDevice> device,
+                                   std::shared_ptr<transport::Comm> comm)
     : ProcessGroup(std::move(store), rank, size, timeout, std::move(global_ranks)),
       backend_(std::move(backend)),
       factory_(std::move(factory)),
       device_(std::move(device)),
-      comm_(factory_(this->store(), rank, size, timeout)),
+      comm_(comm ? std::move(comm) : factory_(this->store(), rank, size, timeout)),
       settings_(coll::CollectiveSettings::from_environment()),
       device_settings_(device_settings(settings_)),
       ops_(kClaimDelay, timeout) {
@@ -102,6 +104,17 @@ std::shared_ptr<ProcessGroup> CommProcessGroup::make_subgroup(std::shared_ptr<St
                                                               std::vector<int> global_ranks) {
   return std::make_shared<CommProcessGroup>(backend_, factory_, std::move(store), rank, size,
                                             timeout(), std::move(global_ranks), device_);
+}
+
+std::shared_ptr<ProcessGroup> CommProcessGroup::make_split_subgroup(std::shared_ptr<Store> store,
+                                                                    const std::vector<int>& members,
+                                                                    std::vector<int> global_ranks) {
+  std::shared_ptr<transport::Comm> comm =
+      transport::make_context_comm(comm_, members, *store, Deadline::after(timeout()));
+  if (!comm) return ProcessGroup::make_split_subgroup(std::move(store), members, global_ranks);
+  return std::make_shared<CommProcessGroup>(backend_, factory_, std::move(store), comm->rank(),
+                                            comm->size(), timeout(), std::move(global_ranks),
+                                            device_, std::move(comm));
 }
 
 template <typename Run>

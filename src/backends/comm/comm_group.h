@@ -22,6 +22,7 @@
 // Device memory: a group given a CommDevice (comm_device.h; the cuda_ipc backend) takes
 // device buffers only (memory_kinds()), runs the algorithms with the device's kernels and
 // posts device messages; its Works are DeviceWorks.
+// Split: a group split from this one runs on its Comm (transport/context_comm.h).
 // Destruction lets queued operations finish (the group timeout bounds them), then stops
 // the worker and closes the transport.
 #pragma once
@@ -50,10 +51,11 @@ using CommFactory = std::function<std::unique_ptr<transport::Comm>(
 class CommProcessGroup : public ProcessGroup {
  public:
   // Connects the transport through `store` (blocking until every rank joined or the
-  // timeout passed) and starts the worker.
+  // timeout passed), unless given its `comm` (a split's), and starts the worker.
   CommProcessGroup(std::string backend, CommFactory factory, std::shared_ptr<Store> store, int rank,
                    int size, std::chrono::milliseconds timeout, std::vector<int> global_ranks = {},
-                   std::shared_ptr<CommDevice> device = nullptr);
+                   std::shared_ptr<CommDevice> device = nullptr,
+                   std::shared_ptr<transport::Comm> comm = nullptr);
   ~CommProcessGroup() override;
 
   std::string backend_name() const override { return backend_; }
@@ -66,6 +68,10 @@ class CommProcessGroup : public ProcessGroup {
  protected:
   std::shared_ptr<ProcessGroup> make_subgroup(std::shared_ptr<Store> store, int rank, int size,
                                               std::vector<int> global_ranks) override;
+  // On this group's Comm, in a context of its own (transport/context_comm.h), when it can.
+  std::shared_ptr<ProcessGroup> make_split_subgroup(std::shared_ptr<Store> store,
+                                                    const std::vector<int>& members,
+                                                    std::vector<int> global_ranks) override;
 
   WorkPtr do_all_reduce(uint64_t seq, const void* send, void* recv, size_t count, DType dtype,
                         ReduceOp op) override;
@@ -113,7 +119,7 @@ class CommProcessGroup : public ProcessGroup {
   const std::string backend_;
   const CommFactory factory_;
   const std::shared_ptr<CommDevice> device_;
-  std::unique_ptr<transport::Comm> comm_;
+  std::shared_ptr<transport::Comm> comm_;  // shared with the groups split from this one
   // TDIST_ALGO and TDIST_CHUNK_BYTES, resolved once when the group is made (constructor).
   const coll::CollectiveSettings settings_;
   // A device group's: kDeviceChunkBytes unless a chunk size was given (comm_device.h).

@@ -43,13 +43,17 @@ bool CollectiveBook::copy(size_t back, Copy* out) const {
 CollectiveBook::View CollectiveBook::view(uint64_t tag) const {
   Copy running;
   if (!is_collective(tag) || !copy(0, &running)) return {};
-  const uint64_t seq = tag_seq(tag);
-  if (seq < running.seq) return {true, {}};
-  if (seq == running.seq) return {false, running.words};
-  return {};
+  // How far the message's collective is behind the running one, modulo 2^31.
+  constexpr uint64_t kMask = (uint64_t{1} << kTagSeqBits) - 1;
+  const uint64_t behind = (running.seq - tag_seq(tag)) & kMask;
+  if (behind == 0) return {false, running.words};
+  if (behind < (kMask + 1) / 2) return {true, {}};
+  return {};  // ahead: a later collective's
 }
 
-uint64_t CollectiveBook::tag_seq(uint64_t tag) { return (tag >> 24) & ((uint64_t{1} << 39) - 1); }
+uint64_t CollectiveBook::tag_seq(uint64_t tag) {
+  return (tag >> 24) & ((uint64_t{1} << kTagSeqBits) - 1);
+}
 
 bool CollectiveBook::is_collective(uint64_t tag) { return (tag & kP2PTagBit) == 0; }
 
@@ -59,6 +63,29 @@ std::string CollectiveBook::describe(uint64_t seq) const {
     if (c.seq == seq) return tdist::core::OpFingerprint::decode(c.words).describe(seq);
   }
   return detail::str_cat("operation #", seq);
+}
+
+CollectiveBooks::CollectiveBooks() { books_[0].store(&base_, std::memory_order_relaxed); }
+
+void CollectiveBooks::begin(uint32_t context, uint64_t seq, const tdist::core::OpFingerprint& fp) {
+  CollectiveBook* book = books_[context].load(std::memory_order_acquire);
+  if (book == nullptr) {  // the context's first collective
+    TDIST_CHECK(context <= kMaxContext, InvalidArgument, "transport: context ", context,
+                " is outside 0..", kMaxContext);
+    MutexLock lock(mu_);
+    book = books_[context].load(std::memory_order_relaxed);
+    if (book == nullptr) {
+      book = made_.emplace_back(std::make_unique<CollectiveBook>()).get();
+      books_[context].store(book, std::memory_order_release);
+    }
+  }
+  book->begin(seq, fp);
+}
+
+std::string CollectiveBooks::describe(uint64_t tag) const {
+  const uint64_t seq = CollectiveBook::tag_seq(tag);
+  const CollectiveBook* book = find(tag);
+  return book == nullptr ? detail::str_cat("operation #", seq) : book->describe(seq);
 }
 
 std::string desync_text(int rank_a, const std::string& op_a, int rank_b, const std::string& op_b) {

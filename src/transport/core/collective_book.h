@@ -7,16 +7,22 @@
 // Collectives run one at a time on a Comm, in sequence order (CommProcessGroup's OpQueue),
 // so "finished" is simply "of a lower sequence number than the one running". Until the
 // first begin() nothing is stamped or checked: a Comm used directly (tests, tools) behaves
-// as before. Sequence numbers are compared as the 39 bits a tag holds (comm.h).
+// as before. Sequence numbers are compared as the 31 bits a tag holds, modulo 2^31 (comm.h).
+// One book serves one context (comm.h); CollectiveBooks holds a Comm's, by context.
 // Thread-safety: begin() and check_for() from the thread that runs the collectives; the rest
 // from any.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "core/op_fingerprint.h"
+#include "tdist/thread_annotations.h"
+#include "transport/comm.h"
 
 namespace tdist::transport::core {
 
@@ -47,12 +53,6 @@ class CollectiveBook {
   // "all_reduce #41 f32 x1024 sum" for a collective recorded here, else "operation #41".
   std::string describe(uint64_t seq) const;
 
-  // Checked messages that arrived before their receive and wait unexpected (the Peers
-  // count them), so that begin() has to look for bad ones only when there are any. A Peer
-  // counts a message before it calls view(); begin() reads the count after it published
-  // the new collective (`version_`); all three seq_cst, so one of the two sees the other.
-  std::atomic<int> early{0};
-
  private:
   static bool is_collective(uint64_t tag);
   static constexpr size_t kHistory = 16;
@@ -78,6 +78,44 @@ class CollectiveBook {
   std::atomic<uint64_t> version_{0};
   std::atomic<uint64_t> recorded_{0};
   Entry history_[kHistory];
+};
+
+// A Comm's books, one per context (comm.h), each made by the first collective of its
+// context; a context without one checks nothing. The same interface, by a message's tag.
+class CollectiveBooks {
+ public:
+  using Check = CollectiveBook::Check;
+
+  CollectiveBooks();
+  void begin(uint32_t context, uint64_t seq, const tdist::core::OpFingerprint& fp)
+      TDIST_EXCLUDES(mu_);
+  Check check_for(uint64_t tag) const {
+    const CollectiveBook* book = find(tag);
+    return book == nullptr ? Check{} : book->check_for(tag);
+  }
+  CollectiveBook::View view(uint64_t tag) const {
+    const CollectiveBook* book = find(tag);
+    return book == nullptr ? CollectiveBook::View{} : book->view(tag);
+  }
+  // CollectiveBook::describe of the collective a collective tag belongs to.
+  std::string describe(uint64_t tag) const;
+
+  // Checked messages that arrived before their receive and wait unexpected (the Peers
+  // count them), so that begin() has to look for bad ones only when there are any. A Peer
+  // counts a message before it calls view(); begin() reads the count after it published
+  // the new collective (the book's sequence lock); all three seq_cst, so one of the two
+  // sees the other.
+  std::atomic<int> early{0};
+
+ private:
+  const CollectiveBook* find(uint64_t tag) const {
+    return books_[tag_context(tag)].load(std::memory_order_acquire);
+  }
+
+  CollectiveBook base_;  // context 0's
+  std::array<std::atomic<CollectiveBook*>, kMaxContext + 1> books_{};
+  Mutex mu_;  // making books
+  std::vector<std::unique_ptr<CollectiveBook>> made_ TDIST_GUARDED_BY(mu_);
 };
 
 // The text of a DesyncError, the lower rank first: "rank 0 called all_reduce #41 f32 x1024

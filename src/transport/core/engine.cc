@@ -181,12 +181,23 @@ void Engine::completed_elsewhere(const Progress& progress) {
 }
 
 void Engine::begin_collective(uint64_t seq, const tdist::core::OpFingerprint& fp) {
-  book_.begin(seq, fp);
+  begin_context_collective(0, seq, fp);
+}
+
+void Engine::begin_context_collective(uint32_t context, uint64_t seq,
+                                      const tdist::core::OpFingerprint& fp) {
+  book_.begin(context, seq, fp);
   if (book_.early.load() == 0) return;  // collective_book.h's `early`
   for (const auto& peer : peers_) {
     if (!peer) continue;
     const std::string report = peer->find_desync();
     if (!report.empty()) throw DesyncError(report.substr(1));
+  }
+}
+
+void Engine::claim_context(uint32_t context) {
+  uint32_t free = free_context_.load(std::memory_order_relaxed);
+  while (free <= context && !free_context_.compare_exchange_weak(free, context + 1)) {
   }
 }
 

@@ -71,6 +71,14 @@ class Engine final : public Comm {
   void abort(std::exception_ptr reason) override;
   std::exception_ptr error() const override;
 
+  // Collective `seq` of context `context` (comm.h; a ContextComm's begin_collective).
+  void begin_context_collective(uint32_t context, uint64_t seq,
+                                const tdist::core::OpFingerprint& fp);
+  // Contexts handed out (context_comm.h): the lowest one this Engine has not, and marking
+  // `context` and all below it handed out.
+  uint32_t free_context() const { return free_context_.load(std::memory_order_acquire); }
+  void claim_context(uint32_t context);
+
   // The kind of channel that reaches `peer` ("tcp", "shm"); null for this rank.
   const char* channel_kind(int peer) const;
 
@@ -107,7 +115,7 @@ class Engine final : public Comm {
 
   const int rank_;
   const int size_;
-  CollectiveBook book_;                       // before peers_, which refer to it
+  CollectiveBooks book_;                      // before peers_, which refer to it
   AnySourceQueue any_;                        // the same
   std::vector<std::unique_ptr<Peer>> peers_;  // by rank; null at rank_
   net::Fd wake_;                              // eventfd: wakes a sleeping driver
@@ -120,6 +128,7 @@ class Engine final : public Comm {
   std::optional<Clock::time_point> idle_since_;         // the driver's: its last poll ran out
   std::atomic<bool> aborted_{false};
   std::atomic<bool> destroying_{false};
+  std::atomic<uint32_t> free_context_{1};  // 0 is the Engine's own
 
   Mutex wait_mu_;
   CondVar wait_cv_;

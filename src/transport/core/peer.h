@@ -92,7 +92,7 @@ class Peer {
   using Check = CollectiveBook::Check;
 
   // `book` and `any` (the Engine's) outlive the Peer.
-  Peer(int self_rank, int rank, std::vector<std::unique_ptr<Channel>> lanes, CollectiveBook& book,
+  Peer(int self_rank, int rank, std::vector<std::unique_ptr<Channel>> lanes, CollectiveBooks& book,
        AnySourceQueue& any);
   Peer(const Peer&) = delete;
   Peer& operator=(const Peer&) = delete;
@@ -300,7 +300,7 @@ class Peer {
 
   const int self_rank_;
   const int rank_;
-  CollectiveBook& book_;
+  CollectiveBooks& book_;
   AnySourceQueue& any_;
   std::vector<Lane> lanes_;  // fixed size after construction
   const size_t nlanes_;

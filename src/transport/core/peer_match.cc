@@ -183,7 +183,7 @@ std::exception_ptr Peer::mismatch(uint64_t tag, Check mine, Check theirs) const 
 std::string Peer::stale(uint64_t tag, Check theirs) const {
   const uint64_t seq = CollectiveBook::tag_seq(tag);
   return kDesyncMark +
-         desync_text(self_rank_, book_.describe(seq), rank_,
+         desync_text(self_rank_, book_.describe(tag), rank_,
                      tdist::core::OpFingerprint::decode(theirs).describe(seq)) +
          detail::str_cat(" (rank ", rank_, " sent a message that rank ", self_rank_,
                          "'s operation finished without receiving)");

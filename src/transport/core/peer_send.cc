@@ -20,7 +20,7 @@ constexpr int kGoodbyePollMs = 10;
 }  // namespace
 
 Peer::Peer(int self_rank, int rank, std::vector<std::unique_ptr<Channel>> lanes,
-           CollectiveBook& book, AnySourceQueue& any)
+           CollectiveBooks& book, AnySourceQueue& any)
     : self_rank_(self_rank),
       rank_(rank),
       book_(book),
