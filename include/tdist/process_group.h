@@ -211,8 +211,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::shared_ptr<ProcessGroup> new_group(std::vector<int> ranks);
   // Ranks with the same color form a group, ordered by (key, rank); a negative color
   // joins none and gets nullptr. The tcp, shm, auto and cuda_ipc backends build it on this
-  // group's connections (no new connection; transport/context_comm.h), so it shares their
-  // fate: an abort of either group, or a lost link, fails both. new_group connects anew.
+  // group's connections (no new connection; transport/context_comm.h): its abort() fails
+  // it alone, but a lost link fails both. new_group connects anew.
   std::shared_ptr<ProcessGroup> split(int color, int key);
 
   // Aborts the group: pending and later operations fail with PeerError on every rank.

@@ -6,11 +6,11 @@
 #include <sstream>
 #include <string_view>
 
+#include "core/polling.h"
 #include "tdist/error.h"
 #include "tdist/logging.h"
 #include "tdist/prefix_store.h"
 #include "transport/core/engine.h"
-#include "core/polling.h"
 #include "transport/shm/shm_comm.h"
 
 namespace tdist::transport {

@@ -92,6 +92,7 @@ ContextComm::ContextComm(std::shared_ptr<Comm> engine, std::vector<int> ranks, u
   rank_ = ours_[static_cast<size_t>(engine_.rank())];
   TDIST_CHECK(rank_ >= 0, InvalidArgument, "transport: context ", context, ": rank ",
               engine_.rank(), " is not a member");
+  engine_.open_context(context, ranks_);
 }
 
 int ContextComm::engine_rank(int peer) const {
@@ -142,8 +143,14 @@ void ContextComm::begin_collective(uint64_t seq, const tdist::core::OpFingerprin
   engine_.begin_context_collective(context_, seq, fp);
 }
 
-void ContextComm::abort(std::exception_ptr reason) { engine_.abort(std::move(reason)); }
+void ContextComm::abort(std::exception_ptr reason) {
+  if (!reason) {
+    reason = std::make_exception_ptr(
+        PeerError(detail::str_cat("rank ", rank_, ": the Comm was aborted")));
+  }
+  engine_.abort_context(context_, std::move(reason));
+}
 
-std::exception_ptr ContextComm::error() const { return engine_.error(); }
+std::exception_ptr ContextComm::error() const { return engine_.context_error(context_); }
 
 }  // namespace tdist::transport

@@ -11,9 +11,11 @@
 // the members of a new group take the lowest that none of them has handed out, so that two
 // groups sharing two ranks never share a context. Groups that share ranks are split one at
 // a time (as torch.distributed requires of group creation).
-// Failure: the group shares the Engine's fate: an abort (or a lost link) of the parent's
-// Comm fails the group's requests, and the group's abort fails the parent's. Destroying
-// either leaves the other working; the Engine closes with the last of them.
+// Failure: abort() aborts the context only (Engine::abort_context): the group's pending and
+// later requests fail, its other ranks are told and abort it too, and the parent and the
+// other splits go on. What fails the Engine (a lost link, a desync or a timeout, an abort
+// of the parent) fails every context. Destroying either group leaves the other working;
+// the Engine closes with the last of them.
 // Thread-safety: as comm.h.
 #pragma once
 

@@ -242,19 +242,44 @@ TEST(SubGroupTest, SplitAndParentRunDifferentCollectivesAtOnceEachCheckedOnItsOw
   });
 }
 
-TEST(SubGroupTest, ASplitSharesItsParentsFate) {
-  ThreadWorld world(2);
+TEST(SubGroupTest, ASplitsAbortFailsItOnEveryRankAndLeavesTheRestWorking) {
+  ThreadWorld world(3, std::chrono::seconds(60));
   ASSERT_TRUE(world.ok());
   world.run([](int rank, ProcessGroup& pg) {
-    std::shared_ptr<ProcessGroup> both = pg.split(0, rank);
-    ASSERT_NE(both, nullptr);
-    sum_round(*both, 0, "split");
-    if (rank == 0) both->abort();
+    std::shared_ptr<ProcessGroup> all = pg.split(0, rank);
+    std::shared_ptr<ProcessGroup> pair = pg.split(rank < 2 ? 0 : -1, rank);  // ranks 0, 1
+    ASSERT_NE(all, nullptr);
+    sum_round(*all, 0, "split");
+    // Rank 1 waits in a receive and an all_reduce of the split when rank 0 aborts it: both
+    // fail (rank 0's notice), as everything later on the split does, on every rank; the
+    // world and the other split go on.
     int32_t v = 1;
-    EXPECT_THROW(pg.all_reduce(&v, 1, DType::kI32)->wait(Deadline::after(std::chrono::seconds(10))),
-                 PeerError)
-        << "rank " << rank;
-    EXPECT_THROW(both->all_reduce(&v, 1, DType::kI32)->wait(), PeerError) << "rank " << rank;
+    WorkPtr recv, reduce;
+    if (rank == 1) {
+      recv = all->irecv(&v, 1, DType::kI32, /*src=*/2, /*tag=*/9);
+      reduce = all->all_reduce(&v, 1, DType::kI32);
+    }
+    pg.barrier()->wait();
+    if (rank == 0) all->abort();
+    const Deadline soon = Deadline::after(std::chrono::seconds(10));
+    if (rank == 1) {
+      EXPECT_THROW(recv->wait(soon), PeerError);
+      EXPECT_THROW(reduce->wait(soon), PeerError);
+    }
+    if (rank != 1) {
+      try {  // rank 2: its part of the all_reduce, which rank 0 never joins
+        all->all_reduce(&v, 1, DType::kI32)->wait(soon);
+        ADD_FAILURE() << "rank " << rank << ": an all_reduce of the aborted split succeeded";
+      } catch (const PeerError& e) {
+        EXPECT_NE(std::string(e.what()).find("aborted"), std::string::npos) << e.what();
+      }
+    }
+    EXPECT_THROW(all->all_reduce(&v, 1, DType::kI32)->wait(soon), PeerError) << "rank " << rank;
+    for (int round = 1; round < 4; ++round) sum_round(pg, round, "world after the abort");
+    if (pair) sum_round(*pair, 5, "the other split after the abort");
+    std::shared_ptr<ProcessGroup> again = pg.split(0, rank);  // a new context
+    ASSERT_NE(again, nullptr);
+    sum_round(*again, 6, "a new split after the abort");
   });
 }
 

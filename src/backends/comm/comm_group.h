@@ -22,7 +22,8 @@
 // Device memory: a group given a CommDevice (comm_device.h; the cuda_ipc backend) takes
 // device buffers only (memory_kinds()), runs the algorithms with the device's kernels and
 // posts device messages; its Works are DeviceWorks.
-// Split: a group split from this one runs on its Comm (transport/context_comm.h).
+// Split: a group split from this one runs on its Comm (transport/context_comm.h); its
+// abort, or a failure of its own operation, aborts its context alone.
 // Destruction lets queued operations finish (the group timeout bounds them), then stops
 // the worker and closes the transport.
 #pragma once

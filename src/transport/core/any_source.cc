@@ -40,6 +40,22 @@ bool AnySourceQueue::withdraw(const Op& op) {
   return true;
 }
 
+int AnySourceQueue::fail_context(uint32_t context, const std::exception_ptr& error) {
+  MutexLock lock(mu_);
+  int failed = 0;
+  for (auto it = ops_.begin(); it != ops_.end();) {
+    if (tag_context((*it)->tag) != context) {
+      ++it;
+      continue;
+    }
+    (*it)->complete(error);
+    it = ops_.erase(it);
+    ++failed;
+  }
+  pending_.store(static_cast<int>(ops_.size()), std::memory_order_release);
+  return failed;
+}
+
 void AnySourceQueue::fail_all(const std::exception_ptr& error) {
   MutexLock lock(mu_);
   if (!error_) error_ = error;

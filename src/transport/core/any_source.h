@@ -51,6 +51,8 @@ class AnySourceQueue {
   bool withdraw(const Op& op) TDIST_EXCLUDES(mu_);
   // Fails every waiting receive and every later post with `error` (the first error stays).
   void fail_all(const std::exception_ptr& error) TDIST_EXCLUDES(mu_);
+  // Fails the waiting receives of one context (comm.h) with `error`; returns how many.
+  int fail_context(uint32_t context, const std::exception_ptr& error) TDIST_EXCLUDES(mu_);
 
  private:
   std::atomic<uint64_t> next_post_{0};

@@ -88,6 +88,21 @@ std::string CollectiveBooks::describe(uint64_t tag) const {
   return book == nullptr ? detail::str_cat("operation #", seq) : book->describe(seq);
 }
 
+bool CollectiveBooks::close(uint32_t context, std::exception_ptr error) {
+  TDIST_CHECK(context >= 1 && context <= kMaxContext, InvalidArgument, "transport: context ",
+              context, " is outside 1..", kMaxContext);
+  MutexLock lock(mu_);
+  if (closed_errors_[context]) return false;
+  closed_errors_[context] = std::move(error);
+  closed_[context / 64].fetch_or(uint64_t{1} << (context % 64));  // seq_cst: see engine.cc
+  return true;
+}
+
+std::exception_ptr CollectiveBooks::closed_error(uint64_t tag) const {
+  MutexLock lock(mu_);
+  return closed_errors_[tag_context(tag)];
+}
+
 std::string desync_text(int rank_a, const std::string& op_a, int rank_b, const std::string& op_b) {
   if (rank_b < rank_a) return desync_text(rank_b, op_b, rank_a, op_a);
   return detail::str_cat("rank ", rank_a, " called ", op_a, "; rank ", rank_b, " called ", op_b);

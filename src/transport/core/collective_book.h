@@ -95,10 +95,21 @@ class CollectiveBooks {
   }
   CollectiveBook::View view(uint64_t tag) const {
     const CollectiveBook* book = find(tag);
-    return book == nullptr ? CollectiveBook::View{} : book->view(tag);
+    return book == nullptr || closed(tag) ? CollectiveBook::View{} : book->view(tag);
   }
   // CollectiveBook::describe of the collective a collective tag belongs to.
   std::string describe(uint64_t tag) const;
+
+  // Contexts aborted on their own (Engine::abort_context): true for the first close of
+  // `context` (>= 1), which keeps `error`. A closed context's messages are not judged.
+  bool close(uint32_t context, std::exception_ptr error) TDIST_EXCLUDES(mu_);
+  // Whether the context of `tag` (a message's or a request's) is closed; no lock.
+  bool closed(uint64_t tag) const {
+    const uint32_t context = tag_context(tag);
+    return ((closed_[context / 64].load(std::memory_order_seq_cst) >> (context % 64)) & 1) != 0;
+  }
+  // The error a closed context's requests fail with.
+  std::exception_ptr closed_error(uint64_t tag) const TDIST_EXCLUDES(mu_);
 
   // Checked messages that arrived before their receive and wait unexpected (the Peers
   // count them), so that begin() has to look for bad ones only when there are any. A Peer
@@ -114,8 +125,10 @@ class CollectiveBooks {
 
   CollectiveBook base_;  // context 0's
   std::array<std::atomic<CollectiveBook*>, kMaxContext + 1> books_{};
-  Mutex mu_;  // making books
+  std::array<std::atomic<uint64_t>, 4> closed_{};  // a bit per context
+  mutable Mutex mu_;                               // making books, closing contexts
   std::vector<std::unique_ptr<CollectiveBook>> made_ TDIST_GUARDED_BY(mu_);
+  std::array<std::exception_ptr, kMaxContext + 1> closed_errors_ TDIST_GUARDED_BY(mu_);
 };
 
 // The text of a DesyncError, the lower rank first: "rank 0 called all_reduce #41 f32 x1024

@@ -195,6 +195,47 @@ void Engine::begin_context_collective(uint32_t context, uint64_t seq,
   }
 }
 
+void Engine::open_context(uint32_t context, std::vector<int> ranks) {
+  TDIST_CHECK(context >= 1 && context <= kMaxContext, InvalidArgument, "transport: context ",
+              context, " is outside 1..", kMaxContext);
+  MutexLock lock(error_mu_);
+  context_ranks_[context] = std::move(ranks);
+}
+
+void Engine::abort_context(uint32_t context, std::exception_ptr reason) {
+  if (book_.close(context, reason)) spread_context_abort(context, reason);
+}
+
+void Engine::spread_context_abort(uint32_t context, const std::exception_ptr& reason) {
+  std::vector<int> tell;
+  {
+    MutexLock lock(error_mu_);
+    tell = context_ranks_[context];
+  }
+  // Closed first (seq_cst), then failed: a request posted meanwhile sees one or the other.
+  const std::string notice = mark_of(reason) + detail::what_of(reason);
+  Progress progress;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (!peers_[peer]) continue;
+    const bool told = std::find(tell.begin(), tell.end(), peer) != tell.end();
+    progress += peers_[peer]->fail_context(context, reason, told ? &notice : nullptr);
+  }
+  progress.completed += any_.fail_context(context, reason);
+  completed_elsewhere(progress);
+  // The notices go out with the next progress: now, unless a driver is at work.
+  DriverLease lease(*this);
+  if (lease.held()) {
+    (void)progress_pass();
+  } else {
+    wake_driver();
+  }
+}
+
+std::exception_ptr Engine::context_error(uint32_t context) const {
+  if (std::exception_ptr failed = error()) return failed;
+  return book_.closed_error(in_context(0, context));
+}
+
 void Engine::claim_context(uint32_t context) {
   uint32_t free = free_context_.load(std::memory_order_relaxed);
   while (free <= context && !free_context_.compare_exchange_weak(free, context + 1)) {
@@ -349,6 +390,14 @@ Progress Engine::progress_pass() {
     if (peer && lost.empty()) progress += peer->progress(&lost);
   }
   if (!lost.empty()) report(lost);
+  for (auto& peer : peers_) {  // contexts the peers aborted (their notices)
+    if (!peer || !peer->has_context_aborts()) continue;
+    for (const Peer::ContextAbort& notice : peer->take_context_aborts()) {
+      spread_context_abort(notice.context, notice.error);
+      progress.moved = true;
+      ++progress.completed;  // the Peer failed receives already: wake their waiters
+    }
+  }
   return progress;
 }
 
@@ -406,15 +455,7 @@ void Engine::wake_driver() {
   (void)!::write(wake_.get(), &one, sizeof(one));  // a saturated counter still wakes it
 }
 
-void Engine::report(const std::string& lost) {
-  if (!lost.empty() && lost.front() == kDesyncMark) {
-    abort_with(std::make_exception_ptr(DesyncError(lost.substr(1))), /*log=*/true);
-  } else if (!lost.empty() && lost.front() == kTimeoutMark) {
-    abort_with(std::make_exception_ptr(TimeoutError(lost.substr(1))), /*log=*/true);
-  } else {
-    abort_with(std::make_exception_ptr(PeerError(lost)), /*log=*/true);
-  }
-}
+void Engine::report(const std::string& lost) { abort_with(error_of_lost(lost), /*log=*/true); }
 
 void Engine::abort_with(const std::exception_ptr& reason, bool log) {
   {

@@ -34,6 +34,7 @@
 
 #include <poll.h>
 
+#include <array>
 #include <atomic>
 #include <exception>
 #include <memory>
@@ -74,6 +75,16 @@ class Engine final : public Comm {
   // Collective `seq` of context `context` (comm.h; a ContextComm's begin_collective).
   void begin_context_collective(uint32_t context, uint64_t seq,
                                 const tdist::core::OpFingerprint& fp);
+  // A context's ranks (a ContextComm's, this one among them), told of its abort.
+  void open_context(uint32_t context, std::vector<int> ranks);
+  // Aborts context `context` (>= 1) only (a ContextComm's abort; comm.h): its pending and
+  // later requests fail with `reason`, its arriving messages are dropped, and its other
+  // ranks get the notice (wire.h's kContextAbortTag) and abort it too, telling theirs in
+  // turn, so a rank that leaves at once cannot outrun the notice. The Engine and its other
+  // contexts go on. Idempotent; the first reason wins.
+  void abort_context(uint32_t context, std::exception_ptr reason);
+  // The Engine's abort reason, else the context's (null while both are healthy).
+  std::exception_ptr context_error(uint32_t context) const;
   // Contexts handed out (context_comm.h): the lowest one this Engine has not, and marking
   // `context` and all below it handed out.
   uint32_t free_context() const { return free_context_.load(std::memory_order_acquire); }
@@ -89,6 +100,9 @@ class Engine final : public Comm {
   void cancel(Op& op);
 
  private:
+  // After the close of `context` (abort_context's or a Peer's, at a notice): fails its
+  // requests on every Peer and tells its other ranks.
+  void spread_context_abort(uint32_t context, const std::exception_ptr& reason);
   class DriverLease;
 
   void check_args(const char* what, int peer, uint64_t tag, const void* data, size_t bytes) const;
@@ -137,6 +151,8 @@ class Engine final : public Comm {
 
   mutable Mutex error_mu_;
   std::exception_ptr error_ TDIST_GUARDED_BY(error_mu_);
+  // Each open context's ranks (open_context).
+  std::array<std::vector<int>, kMaxContext + 1> context_ranks_ TDIST_GUARDED_BY(error_mu_);
   std::atomic<bool> has_error_{false};  // error_ is set (read without the lock)
 };
 

@@ -34,6 +34,8 @@ RequestPtr Engine::post_any(uint64_t tag, void* data, size_t bytes, bool device)
   std::shared_ptr<Op> op = make_op(kAnySource, false, tag, data, bytes, book_.check_for(tag));
   op->device = device && bytes > 0;
   if (!any_.post(op)) return std::make_unique<CoreRequest>(this, std::move(op));  // aborted
+  // Its context aborted meanwhile (abort_context closes it, then fails what is queued).
+  if (book_.closed(tag) && any_.withdraw(*op)) op->complete(book_.closed_error(tag));
   // The messages that arrived before it go, earliest first, to the any-source receives that
   // wait for them: this one, or ones posted before it (any_source.h).
   Progress progress;

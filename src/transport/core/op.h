@@ -52,8 +52,11 @@ class Op {
   }
 
   bool done() const { return done_.load(std::memory_order_seq_cst); }
-  // Marks done with `error` (null = success). Call once.
+  // Marks done with `error` (null = success). Later calls do nothing: an Op failed early
+  // (Peer::fail_context) may still be written or read out; every completion of one
+  // direction holds its Peer's lock for it, so they never race.
   void complete(std::exception_ptr error) {
+    if (done_.load(std::memory_order_relaxed)) return;
     error_ = std::move(error);
     done_.store(true, std::memory_order_seq_cst);
   }

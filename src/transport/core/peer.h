@@ -85,6 +85,9 @@ inline constexpr char kTimeoutMark = '\x1e';
 inline bool is_marked(const std::string& text) {
   return !text.empty() && (text.front() == kDesyncMark || text.front() == kTimeoutMark);
 }
+// The error of a lost message: DesyncError or TimeoutError where it is marked so, else
+// PeerError (peer_context.cc).
+std::exception_ptr error_of_lost(const std::string& lost);
 
 class Peer {
  public:
@@ -124,6 +127,25 @@ class Peer {
   // Withdraws a pending Op whose Request is being destroyed (op.h). A device send cannot
   // outlive its buffer: its cancel returns the lost message that aborts the Comm.
   std::string cancel(Op& op);
+  // Contexts (comm.h; peer_context.cc): fails every pending Op of `context` with `error`,
+  // withdrawn as cancel() withdraws it (a host send still goes out whole, from a copy; a
+  // device send completes as usual), and drops the context's unexpected messages (a
+  // rendezvous answered, so that its send completes). With a `notice` (the reason, marked
+  // as an abort notice is), queues it to the peer (wire.h's kContextAbortTag). The book has
+  // the context closed already: its later messages are dropped as they arrive.
+  Progress fail_context(uint32_t context, const std::exception_ptr& error,
+                        const std::string* notice);
+  // The contexts this peer told us it aborted since the last call, closed here by its notice
+  // (not before): the Engine fails their other requests and tells their other ranks. Each
+  // with the error they fail with ("rank 1: rank 0 (tcp ...) aborted the group: <reason>").
+  struct ContextAbort {
+    uint32_t context;
+    std::exception_ptr error;
+  };
+  bool has_context_aborts() const {
+    return context_aborts_pending_.load(std::memory_order_acquire);
+  }
+  std::vector<ContextAbort> take_context_aborts();
   bool sends_queued() const { return queued_.load(std::memory_order_acquire) > 0; }
   // Rendezvous sends waiting for the peer to take their payload.
   bool rendezvous_pending() const { return rv_pending_.load(std::memory_order_acquire) > 0; }
@@ -198,7 +220,7 @@ class Peer {
     uint8_t* dest = nullptr;  // null: the payload is dropped
     std::shared_ptr<Op> op;   // the matched receive, if any
     Unexpected* unexpected = nullptr;
-    std::string control;  // payload of an abort notice
+    std::string control;  // payload of an abort notice (a context's too)
     bool device = false;  // a device rendezvous: its DeviceDescriptor follows in `words`
     uint64_t words[(sizeof(RvDescriptor) + sizeof(DeviceDescriptor)) / sizeof(uint64_t)] = {};
     size_t message_bytes = 0;  // a rendezvous's payload bytes
@@ -242,6 +264,10 @@ class Peer {
   std::string start_message_locked(size_t lane, const WireHeader& header, Progress* progress)
       TDIST_REQUIRES(recv_mu_);
   std::string finish_message_locked(size_t lane, Progress* progress) TDIST_REQUIRES(recv_mu_);
+  // A kContextAbortTag notice arrived whole (peer_context.cc): closes the context, fails
+  // this peer's receives of it, and keeps it for the Engine.
+  std::string context_aborted_locked(size_t lane, const std::string& payload, Progress* progress)
+      TDIST_REQUIRES(recv_mu_);
   std::string end_of_stream_locked(size_t lane, const std::string& why) TDIST_REQUIRES(recv_mu_);
   std::string finish_rendezvous_locked(size_t lane, Incoming& done, Progress* progress)
       TDIST_REQUIRES(recv_mu_);
@@ -263,6 +289,12 @@ class Peer {
   std::string pull_unexpected_locked(size_t lane, Unexpected& u) TDIST_REQUIRES(recv_mu_);
   // The same for a device message: imported into device memory of the channel's own.
   std::string pull_unexpected_device_locked(size_t lane, Unexpected& u) TDIST_REQUIRES(recv_mu_);
+  // fail_context's receive side.
+  void fail_context_receives_locked(uint32_t context, const std::exception_ptr& error,
+                                    Progress* progress) TDIST_REQUIRES(recv_mu_);
+  // cancel()'s two halves (the Op not done).
+  std::string cancel_send_locked(Op& op) TDIST_REQUIRES(send_mu_);
+  void cancel_recv_locked(Op& op) TDIST_REQUIRES(recv_mu_);
   // Moves replies_ and rv_events_ to the send side (takes recv_mu_, then send_mu_).
   Progress exchange_rendezvous(std::string* lost) TDIST_EXCLUDES(send_mu_, recv_mu_);
   std::exception_ptr desync(uint64_t tag, size_t expected, size_t actual) const;
@@ -291,6 +323,9 @@ class Peer {
       TDIST_REQUIRES(send_mu_);
   Progress flush_locked(std::string* lost) TDIST_REQUIRES(send_mu_);
   Progress flush_lane_locked(size_t lane, std::string* lost) TDIST_REQUIRES(send_mu_);
+  // The peer is gone: forgets the sends no one waits for any more (those of aborted
+  // contexts, failed already) and the notices, which were best effort.
+  void drop_settled_locked() TDIST_REQUIRES(send_mu_);
   // Writes a control frame whole (abort: best effort, goodbye: waits up to `deadline`).
   bool write_frame_locked(size_t lane, uint64_t tag, const std::string& payload, Deadline deadline)
       TDIST_REQUIRES(send_mu_);
@@ -326,6 +361,8 @@ class Peer {
   std::vector<RvFrame> replies_ TDIST_GUARDED_BY(recv_mu_);
   std::vector<RvFrame> rv_events_ TDIST_GUARDED_BY(recv_mu_);
   std::atomic<bool> rv_exchange_{false};  // replies_ or rv_events_ may hold something
+  std::vector<ContextAbort> context_aborts_ TDIST_GUARDED_BY(recv_mu_);  // the peer's notices
+  std::atomic<bool> context_aborts_pending_{false};
 };
 
 }  // namespace tdist::transport::core

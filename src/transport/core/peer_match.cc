@@ -16,8 +16,8 @@ std::shared_ptr<Op> Peer::post_recv(uint64_t tag, void* data, size_t bytes, Chec
   op->device = device && bytes > 0;
   {
     MutexLock lock(recv_mu_);
-    if (recv_error_) {
-      op->complete(recv_error_);
+    if (recv_error_ || book_.closed(tag)) {  // closed: its context was aborted here
+      op->complete(recv_error_ ? recv_error_ : book_.closed_error(tag));
       return op;
     }
     match_posted_locked(op, progress, lost_message);

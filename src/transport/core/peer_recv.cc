@@ -201,8 +201,11 @@ std::string Peer::start_message_locked(size_t lane_index, const WireHeader& head
   const bool bad_control =
       (tag == kAbortTag && bytes > kMaxAbortReasonBytes) ||
       ((tag == kRvReadyTag || tag == kRvDoneTag) && bytes != sizeof(uint64_t)) ||
+      (tag == kContextAbortTag &&
+       (bytes < sizeof(uint64_t) || bytes > sizeof(uint64_t) + kMaxAbortReasonBytes)) ||
       (tag == kRvDataTag && bytes < sizeof(uint64_t)) ||
-      (control && tag != kAbortTag && tag != kRvReadyTag && tag != kRvDoneTag && tag != kRvDataTag);
+      (control && tag != kAbortTag && tag != kRvReadyTag && tag != kRvDoneTag &&
+       tag != kRvDataTag && tag != kContextAbortTag);
   if (bytes > kMaxMessageBytes || bad_control) {
     return lost(detail::str_cat("protocol error: a header announces ", bytes, " bytes (tag 0x",
                                 std::hex, tag, ")"));
@@ -216,7 +219,7 @@ std::string Peer::start_message_locked(size_t lane_index, const WireHeader& head
   incoming.message_bytes = 0;
   incoming.device = device;
   auto* words = reinterpret_cast<uint8_t*>(incoming.words);
-  if (tag == kAbortTag) {
+  if (tag == kAbortTag || tag == kContextAbortTag) {
     incoming.control.resize(bytes);
     incoming.dest = reinterpret_cast<uint8_t*>(incoming.control.data());
   } else if (tag == kRvReadyTag || tag == kRvDoneTag) {
@@ -236,7 +239,10 @@ std::string Peer::start_message_locked(size_t lane_index, const WireHeader& head
       incoming.message_bytes = bytes;
       incoming.dest = words;
     }
-    if (std::shared_ptr<Op> op = take_receive_locked(tag)) {
+    if (book_.closed(tag)) {
+      // Of a context aborted here: the payload is dropped (a rendezvous is answered at its
+      // end, as one whose receive was withdrawn).
+    } else if (std::shared_ptr<Op> op = take_receive_locked(tag)) {
       const bool agree = tdist::core::fingerprints_agree(op->check(), check);
       if (!agree || op->bytes != bytes || op->device != device) {  // the payload is dropped
         op->complete(!agree               ? mismatch(tag, op->check(), check)
@@ -282,7 +288,8 @@ std::string Peer::start_message_locked(size_t lane_index, const WireHeader& head
 std::string Peer::finish_message_locked(size_t lane_index, Progress* progress) {
   Lane& lane = lanes_[lane_index];
   Incoming& incoming = lane.incoming;
-  if (incoming.reading == Reading::kData && incoming.tag != kAbortTag) {
+  if (incoming.reading == Reading::kData && incoming.tag != kAbortTag &&
+      incoming.tag != kContextAbortTag) {
     // The common case, without moving the whole Incoming: a data message is complete.
     incoming.active = false;
     incoming.dest = nullptr;
@@ -299,6 +306,8 @@ std::string Peer::finish_message_locked(size_t lane_index, Progress* progress) {
   }
   Incoming done = std::move(incoming);
   incoming = Incoming{};
+  if (done.tag == kContextAbortTag)
+    return context_aborted_locked(lane_index, done.control, progress);
   if (done.tag == kAbortTag) {
     lane.eof = true;
     const bool marked = is_marked(done.control);  // a desync or a timeout over there

@@ -47,6 +47,11 @@ std::string Peer::lost(const std::string& reason) const {
 std::shared_ptr<Op> Peer::post_send(uint64_t tag, const void* data, size_t bytes, Check check,
                                     std::string* lost_message, bool device) {
   device = device && bytes > 0;  // an empty device message is an ordinary one
+  if (book_.closed(tag)) {  // its context was aborted here (fail_context): the send fails alone
+    auto op = make_op(rank_, true, tag, const_cast<void*>(data), bytes, check);
+    op->complete(book_.closed_error(tag));
+    return op;
+  }
   if (peer_gone_.load(std::memory_order_acquire)) {
     *lost_message = lost("it already destroyed its Comm, so this send can never be received");
   }
@@ -197,6 +202,7 @@ Progress Peer::flush_locked(std::string* lost_message) {
     }
   }
   // After its goodbye the peer reads nothing more: what is still queued cannot go out.
+  if (peer_gone_.load(std::memory_order_acquire)) drop_settled_locked();
   if (lost_message->empty() && (sends_queued() || rendezvous_pending()) &&
       peer_gone_.load(std::memory_order_acquire)) {
     *lost_message =
@@ -204,6 +210,31 @@ Progress Peer::flush_locked(std::string* lost_message) {
                              " send(s) to it were pending"));
   }
   return progress;
+}
+
+void Peer::drop_settled_locked() {
+  for (Lane& lane : lanes_) {
+    for (auto it = lane.send_queue.begin(); it != lane.send_queue.end();) {
+      Op& op = **it;
+      if (!op.done() && op.tag != kContextAbortTag) {
+        ++it;
+        continue;
+      }
+      if (op.phase == Op::Phase::kRvRequest || op.phase == Op::Phase::kRvData) {
+        rv_pending_.fetch_sub(1, std::memory_order_acq_rel);
+      }
+      it = lane.send_queue.erase(it);
+      queued_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+  }
+  for (auto it = rv_sends_.begin(); it != rv_sends_.end();) {
+    if (!it->second->done() || it->second->device) {
+      ++it;
+      continue;
+    }
+    it = rv_sends_.erase(it);
+    rv_pending_.fetch_sub(1, std::memory_order_acq_rel);
+  }
 }
 
 Progress Peer::flush_lane_locked(size_t lane_index, std::string* lost_message) {
@@ -323,37 +354,44 @@ Progress Peer::progress(std::string* lost_message) {
 std::string Peer::cancel(Op& op) {
   if (op.is_send) {
     MutexLock lock(send_mu_);
-    if (op.done()) return {};
-    if (op.device) {
-      return lost(detail::str_cat(op.describe(),
-                                  " of device memory was dropped before the peer copied it, "
-                                  "so its buffer may go while the peer reads it"));
-    }
-    // A rendezvous's payload may be copied out of the caller's buffer until the answer:
-    // void the token first (wire.h), so a copy that overlaps the buffer's end is refused.
-    const bool rendezvous = op.phase == Op::Phase::kRvRequest || op.phase == Op::Phase::kRvData;
-    if (rendezvous) op.rv_token.store(0, std::memory_order_seq_cst);
-    std::deque<std::shared_ptr<Op>>& queue = lanes_[op.lane].send_queue;
-    auto it = std::find_if(queue.begin(), queue.end(),
-                           [&](const std::shared_ptr<Op>& p) { return p.get() == &op; });
-    if (it == queue.end() && !rendezvous) return {};
-    // comm.h: a dropped send is still delivered in full (with several lanes it already
-    // has its number in the send order the peer matches by), from a private copy, since
-    // the caller's buffer goes away.
-    if (!op.owned) {
-      op.owned = std::make_unique_for_overwrite<uint8_t[]>(op.bytes);
-      if (op.bytes > 0) std::memcpy(op.owned.get(), op.data, op.bytes);
-      op.data = op.owned.get();
-    }
-    return {};
+    return op.done() ? std::string() : cancel_send_locked(op);
   }
   MutexLock lock(recv_mu_);
-  if (op.done()) return {};
+  if (!op.done()) cancel_recv_locked(op);
+  return {};
+}
+
+std::string Peer::cancel_send_locked(Op& op) {
+  if (op.device) {
+    return lost(detail::str_cat(op.describe(),
+                                " of device memory was dropped before the peer copied it, "
+                                "so its buffer may go while the peer reads it"));
+  }
+  // A rendezvous's payload may be copied out of the caller's buffer until the answer:
+  // void the token first (wire.h), so a copy that overlaps the buffer's end is refused.
+  const bool rendezvous = op.phase == Op::Phase::kRvRequest || op.phase == Op::Phase::kRvData;
+  if (rendezvous) op.rv_token.store(0, std::memory_order_seq_cst);
+  std::deque<std::shared_ptr<Op>>& queue = lanes_[op.lane].send_queue;
+  auto it = std::find_if(queue.begin(), queue.end(),
+                         [&](const std::shared_ptr<Op>& p) { return p.get() == &op; });
+  if (it == queue.end() && !rendezvous) return {};
+  // comm.h: a dropped send is still delivered in full (with several lanes it already
+  // has its number in the send order the peer matches by), from a private copy, since
+  // the caller's buffer goes away.
+  if (!op.owned) {
+    op.owned = std::make_unique_for_overwrite<uint8_t[]>(op.bytes);
+    if (op.bytes > 0) std::memcpy(op.owned.get(), op.data, op.bytes);
+    op.data = op.owned.get();
+  }
+  return {};
+}
+
+void Peer::cancel_recv_locked(Op& op) {
   auto it = std::find_if(posted_.begin(), posted_.end(),
                          [&](const std::shared_ptr<Op>& p) { return p.get() == &op; });
   if (it != posted_.end()) {
     posted_.erase(it);
-    return {};
+    return;
   }
   for (Lane& lane : lanes_) {
     if (lane.incoming.op.get() == &op) {
@@ -368,7 +406,6 @@ std::string Peer::cancel(Op& op) {
       break;
     }
   }
-  return {};
 }
 
 void Peer::prepare_sleep(std::vector<pollfd>* fds) {

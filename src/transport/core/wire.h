@@ -13,6 +13,9 @@
 //   kRvReadyTag (8 bytes)  rendezvous: {id}: send me the payload of your message `id`
 //   kRvDoneTag (8 bytes)   rendezvous: {id}: I copied message `id` out of your memory
 //   kRvDataTag (8+n bytes) rendezvous: {id} then the n bytes of message `id`
+//   kContextAbortTag (8+n) {context} then the reason (text, as kAbortTag's): the sender
+//                          aborted that context of its Comm (comm.h's contexts; a split
+//                          group's abort); the receiver aborts it too
 //
 // Rendezvous: the sender writes the header with kRendezvousBit set in `bytes` and, instead
 // of the payload, a descriptor (RvDescriptor: an id, the payload's address, the address
@@ -85,6 +88,7 @@ inline constexpr uint64_t kAbortTag = ~uint64_t{0} - 1;
 inline constexpr uint64_t kRvReadyTag = ~uint64_t{0} - 2;
 inline constexpr uint64_t kRvDoneTag = ~uint64_t{0} - 3;
 inline constexpr uint64_t kRvDataTag = ~uint64_t{0} - 4;
+inline constexpr uint64_t kContextAbortTag = ~uint64_t{0} - 5;
 // Tags from here up are the transport's own (reserved: isend/irecv refuse them).
 inline constexpr uint64_t kFirstControlTag = ~uint64_t{0} - 15;
 inline constexpr bool is_control_tag(uint64_t tag) { return tag >= kFirstControlTag; }
