@@ -14,8 +14,10 @@
 // take many and run them as one operation of the group (backend_coalesced.cc).
 //
 // What c10d::Backend offers beyond the collectives (backend_group.cc): any-source receive
-// (Work::sourceRank), coalescing (startCoalescing/endCoalescing: the calls in between are
-// issued as they come, and endCoalescing's one Work covers them all), split, setTimeout and
+// (Work::sourceRank), coalescing (startCoalescing/endCoalescing: the collectives in between
+// are issued as they come, the sends and receives kept and issued at endCoalescing as one
+// batch_isend_irecv, as torch's batch_isend_irecv asks; endCoalescing's one Work covers
+// them all, and each call's own Work finishes with its batch), split, setTimeout and
 // per-call timeouts, monitoredBarrier, sequence numbers, collective timing, shutdown and
 // abort.
 // Thread-safety: as a tdist ProcessGroup's; calls are ordered by their issue. Coalescing
@@ -39,6 +41,7 @@
 #include "python/progress_thread.h"
 #include "tdist/process_group.h"
 #include "tdist/thread_annotations.h"
+#include "tdist/torch/collectives.h"
 
 namespace tdist::python {
 
@@ -51,10 +54,16 @@ using TorchBackendBase = ::c10d::Backend;
 using TorchBackendBase = ::c10d::ProcessGroup;
 #endif
 
-// The Works and outputs of the calls made since startCoalescing, for endCoalescing's Work.
+// The Work of a send or receive kept for endCoalescing's batch (backend_coalesced.cc).
+class BatchedWork;
+
+// The Works and outputs of the calls made since startCoalescing, for endCoalescing's Work,
+// and the sends and receives it issues as one batch.
 struct Coalescing {
   std::vector<WorkPtr> works;
   std::vector<at::Tensor> outputs;
+  std::vector<tdist::torch::P2POp> p2p;
+  std::vector<std::shared_ptr<BatchedWork>> p2p_works;  // p2p[i]'s
 };
 
 class TdistBackend final : public TorchBackendBase {
@@ -145,6 +154,8 @@ class TdistBackend final : public TorchBackendBase {
   // operation), nor with a timeout of its own or the backend's (a wait that ends early
   // leaves the operation running).
   bool finishes_in_call(bool run_now, std::chrono::milliseconds timeout) const;
+  // While coalescing: keeps `op` for endCoalescing's batch and returns its Work; else null.
+  WorkPtr defer(tdist::torch::P2POp op) TDIST_EXCLUDES(coalescing_mu_);
   // Adds a call's Works to endCoalescing's, when coalescing.
   void coalesce(const std::vector<WorkPtr>& works, const std::vector<at::Tensor>& outputs)
       TDIST_EXCLUDES(coalescing_mu_);

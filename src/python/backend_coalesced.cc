@@ -10,6 +10,47 @@ namespace tdist::python {
 namespace tt = tdist::torch;
 using ::c10d::OpType;
 
+// A send or receive made while coalescing: pending until endCoalescing issues its batch,
+// then finished with it. Waiting on it (or polling it) drives the batch, whose transport
+// requests complete only while somebody does.
+class BatchedWork final : public Work {
+ public:
+  explicit BatchedWork(const char* op) : Work(op) {}
+
+  // The batch `self` went out in: `self` finishes with it.
+  static void issued(const std::shared_ptr<BatchedWork>& self, const WorkPtr& batch) {
+    {
+      MutexLock lock(self->batch_mu_);
+      self->batch_ = batch;
+    }
+    batch->add_callback([weak = std::weak_ptr<BatchedWork>(self), done = batch.get()] {
+      if (auto work = weak.lock()) work->finish(done->exception());
+    });
+  }
+
+ protected:
+  void poll(Deadline deadline) override TDIST_EXCLUDES(batch_mu_) {
+    WorkPtr batch;
+    {
+      MutexLock lock(batch_mu_);
+      batch = batch_;
+    }
+    if (batch == nullptr) return;  // endCoalescing has not issued it yet
+    if (!deadline.is_never() && deadline.time() <= Clock::now()) {
+      (void)batch->is_completed();
+      return;
+    }
+    try {
+      batch->synchronize(deadline);
+    } catch (...) {  // its error reaches this Work through the callback; a timeout is ours
+    }
+  }
+
+ private:
+  Mutex batch_mu_;
+  WorkPtr batch_ TDIST_GUARDED_BY(batch_mu_);
+};
+
 TdistBackend::WorkRef TdistBackend::allreduce_coalesced(
     Tensors& tensors, const ::c10d::AllreduceCoalescedOptions& opts) {
   return TDIST_ISSUE(OpType::ALLREDUCE_COALESCED, tensors, {
@@ -28,20 +69,36 @@ TdistBackend::WorkRef TdistBackend::allgather_coalesced(TensorLists& outputs, Te
 
 TdistBackend::WorkRef TdistBackend::send(Tensors& tensors, int dst, int tag) {
   return torch_errors([&] {
-    return issue(
-        OpType::SEND,
-        {tt::isend(single(tensors, "send", "tensor"), dst, group(), static_cast<uint32_t>(tag))},
-        {}, false, ::c10d::kUnsetTimeout, &tensors);
+    const at::Tensor& t = single(tensors, "send", "tensor");
+    const auto tag32 = static_cast<uint32_t>(tag);
+    WorkPtr work = defer({tt::P2POp::Kind::kSend, t, dst, tag32});
+    if (work == nullptr) work = tt::isend(t, dst, group(), tag32);
+    return issue(OpType::SEND, {std::move(work)}, {}, false, ::c10d::kUnsetTimeout, &tensors);
   });
 }
 
 TdistBackend::WorkRef TdistBackend::recv(Tensors& tensors, int src, int tag) {
   return torch_errors([&] {
-    return issue(
-        OpType::RECV,
-        {tt::irecv(single(tensors, "recv", "tensor"), src, group(), static_cast<uint32_t>(tag))},
-        tensors, false);
+    const at::Tensor& t = single(tensors, "recv", "tensor");
+    const auto tag32 = static_cast<uint32_t>(tag);
+    WorkPtr work = defer({tt::P2POp::Kind::kRecv, t, src, tag32});
+    if (work == nullptr) work = tt::irecv(t, src, group(), tag32);
+    return issue(OpType::RECV, {std::move(work)}, tensors, false);
   });
+}
+
+WorkPtr TdistBackend::defer(tt::P2POp op) {
+  if (!coalescing_on_.load(std::memory_order_acquire)) return nullptr;
+  const char* name = op.kind == tt::P2POp::Kind::kSend ? "send" : "recv";
+  TDIST_CHECK(op.peer >= 0 && op.peer < getSize() && op.peer != getRank(), InvalidArgument, name,
+              ": rank ", op.peer, " is not another rank of this group (size ", getSize(),
+              ", this rank ", getRank(), ")");
+  MutexLock lock(coalescing_mu_);
+  if (coalescing_ == nullptr) return nullptr;
+  auto work = std::make_shared<BatchedWork>(name);
+  coalescing_->p2p.push_back(std::move(op));
+  coalescing_->p2p_works.push_back(work);
+  return work;
 }
 
 TdistBackend::WorkRef TdistBackend::recvAnysource(Tensors& tensors, int tag) {
@@ -90,8 +147,19 @@ TdistBackend::WorkRef TdistBackend::endCoalescing() {
       done = std::move(coalescing_);
       coalescing_on_.store(false, std::memory_order_release);
     }
-    // The calls in between were issued as they came (tdist's calls never block on their
-    // peers); one Work covers them all.
+    // The collectives in between were issued as they came (tdist's calls never block on
+    // their peers); the sends and receives go out now, together. One Work covers them all
+    // (theirs drive the batch).
+    if (!done->p2p.empty()) {
+      WorkPtr batch;
+      try {
+        batch = tt::batch_isend_irecv(done->p2p, group());
+      } catch (...) {
+        for (const auto& work : done->p2p_works) work->finish(std::current_exception());
+        throw;
+      }
+      for (const auto& work : done->p2p_works) BatchedWork::issued(work, batch);
+    }
     return c10::make_intrusive<TorchWork>(getRank(), OpType::COALESCED, std::move(done->works),
                                           std::move(done->outputs), progress_);
   });

@@ -101,6 +101,16 @@ OptionalTensors profiled_inputs(::c10d::OpType type, const std::vector<at::Tenso
   return OptionalTensors(*inputs);
 }
 
+// Whether the Work may hold point-to-point operations: endCoalescing's may hold sends and
+// receives too.
+bool is_p2p(::c10d::OpType type) {
+  using ::c10d::OpType;
+#if TORCH_VERSION_MAJOR >= 2
+  if (type == OpType::COALESCED) return true;
+#endif
+  return type == OpType::SEND || type == OpType::RECV || type == OpType::RECVANYSOURCE;
+}
+
 int64_t steady_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -141,8 +151,7 @@ TorchWork::TorchWork(int rank, ::c10d::OpType type, std::vector<WorkPtr> works,
                    profiled_inputs(type, inputs ? inputs : &outputs)),
       works_(std::move(works)),
       outputs_(std::move(outputs)),
-      p2p_(type == ::c10d::OpType::SEND || type == ::c10d::OpType::RECV ||
-           type == ::c10d::OpType::RECVANYSOURCE),
+      p2p_(is_p2p(type)),
       progress_(std::move(progress)),
       deadline_(deadline),
       issued_ns_(timed ? steady_ns() : 0) {

@@ -317,6 +317,31 @@ WorkPtr irecv(const Tensor& tensor, int src, Group group, uint32_t tag) {
                 [&] { return pg->irecv(data, count_of(tensor), dtype, src, tag); });
 }
 
+WorkPtr batch_isend_irecv(const std::vector<P2POp>& ops, Group group) {
+  constexpr const char* kOp = "batch_isend_irecv";
+  auto pg = group.resolve(kOp);
+  TDIST_CHECK(!ops.empty(), InvalidArgument, kOp, ": the list of operations is empty");
+  std::vector<std::string> names;
+  std::vector<DType> dtypes;
+  std::vector<const Tensor*> tensors;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    names.push_back(str_cat("ops[", i, "].tensor"));
+    dtypes.push_back(check_tensor(kOp, names.back(), ops[i].tensor));
+    tensors.push_back(&ops[i].tensor);
+  }
+  Staging s = open_staging(kOp, *pg, tensors);
+  std::vector<tdist::P2POp> raw;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const P2POp& op = ops[i];
+    const bool send = op.kind == P2POp::Kind::kSend;
+    void* data = send ? const_cast<void*>(stage_input(s, op.tensor))
+                      : stage_output(s, kOp, names[i].c_str(), op.tensor, /*keep_values=*/false);
+    raw.push_back({send ? tdist::P2POp::Kind::kSend : tdist::P2POp::Kind::kRecv, data,
+                   count_of(op.tensor), dtypes[i], op.peer, op.tag});
+  }
+  return launch(kOp, std::move(s), [&] { return pg->batch_isend_irecv(raw); });
+}
+
 WorkPtr irecv_any(const Tensor& tensor, Group group, uint32_t tag) {
   constexpr const char* kOp = "irecv_any";
   auto pg = group.resolve(kOp);

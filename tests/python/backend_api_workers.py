@@ -92,6 +92,19 @@ def coalesced(rank, world, init):
     for w in dist.batch_isend_irecv(ops):
         w.wait()
     out["batch_ok"] = torch.equal(recv, torch.full((4,), float((rank - 1) % world)))
+    # Sent as one batch at the end: receives listed first, a non-contiguous receive, and
+    # the batch's Work taken as a future (it completes only while somebody drives it).
+    recv_t = torch.zeros(3, 2).t()
+    ops = [dist.P2POp(dist.irecv, recv_t, (rank - 1) % world),
+           dist.P2POp(dist.irecv, recv, (rank + 1) % world),
+           dist.P2POp(dist.isend, torch.full((2, 3), float(rank)), (rank + 1) % world),
+           dist.P2POp(dist.isend, torch.full((4,), 10.0 + rank), (rank - 1) % world)]
+    works = dist.batch_isend_irecv(ops)
+    for w in works:
+        w.get_future().wait()
+    out["batch_future_ok"] = (
+        len(works) == 1 and torch.equal(recv_t, torch.full((2, 3), float((rank - 1) % world)))
+        and torch.equal(recv, torch.full((4,), 10.0 + (rank + 1) % world)))
     # Mixed dtypes in one coalesced call: a clear error, and the group still works.
     out["mixed"] = _error(lambda: dist.all_gather_coalesced(
         [[torch.empty(1), torch.empty(1, dtype=torch.int64)] for _ in range(world)],

@@ -26,7 +26,8 @@ def test_coalesced_calls_and_coalescing_manager():
     results, codes = run_ranks(coalesced, 3, timeout=90)
     assert codes == [0, 0, 0]
     for r in results:
-        for key in ("gather_ok", "reduce_ok", "into_ok", "scatter_ok", "batch_ok"):
+        for key in ("gather_ok", "reduce_ok", "into_ok", "scatter_ok", "batch_ok",
+                    "batch_future_ok"):
             assert r[key], (key, r)
         assert r["mixed"] is not None and "dtype" in r["mixed"], r["mixed"]
         assert r["after"] == 3.0

@@ -1,9 +1,9 @@
 // Tensor collectives over the "tcp" backend with ranks as threads, how they are called:
-// point-to-point with tags, barrier, async forms (copy-back inside wait/is_completed, a
-// bounded wait that times out, dropped Works, CallerWaits scopes), sub-groups and the default
-// group, bad input, which must fail before anything is sent (the group still works after), and
-// tensors with autograd state or lazily negated views. With collectives_test.cc, part of
-// torch_test (collectives_test.cc instantiates the world sizes of CollectivesTest).
+// point-to-point with tags, batch_isend_irecv, barrier, async forms (copy-back inside
+// wait/is_completed, a bounded wait that times out, dropped Works, CallerWaits scopes), sub-groups
+// and the default group, bad input, which must fail before anything is sent (the group still works
+// after), and tensors with autograd state or lazily negated views. With collectives_test.cc, part
+// of torch_test (collectives_test.cc instantiates the world sizes of CollectivesTest).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -314,6 +314,43 @@ TEST(CollectivesErrorTest, BadArgumentsFailBeforeAnythingIsSent) {
     Tensor ok = ::torch::full({3}, static_cast<float>(rank + 1));
     all_reduce(ok, ReduceOpKind::kSum, pg);
     expect_same(ok, ::torch::full({3}, 3.0f), "after the errors");
+  });
+}
+
+TEST(CollectivesP2PTest, BatchIsendIrecvPostsEverythingAtOnceWithOneWork) {
+  run_world(3, [](int rank, const PG& pg) {
+    const int next = (rank + 1) % 3;
+    const int prev = (rank + 2) % 3;
+    // Receives first on every rank, one into a strided view: posted together, so no
+    // order deadlocks; the Work completes after the copy into the view.
+    View from_prev = make_view(Layout::kStrided, ::torch::kFloat, kCols, kRows);
+    Tensor from_next = ::torch::zeros({5}, ::torch::kLong);
+    WorkPtr work = batch_isend_irecv(
+        {{P2POp::Kind::kRecv, from_prev.t, prev, 4},
+         {P2POp::Kind::kRecv, from_next, next, 5},
+         {P2POp::Kind::kSend, values(::torch::kFloat, {kRows, kCols}, rank, 4, false).t(), next, 4},
+         {P2POp::Kind::kSend, ::torch::full({5}, int64_t{100} + rank), prev, 5}},
+        pg);
+    work->wait();
+    expect_same(from_prev.t, values(::torch::kFloat, {kRows, kCols}, prev, 4, false).t(),
+                "from the previous rank");
+    EXPECT_TRUE(from_prev.outside_untouched());
+    expect_same(from_next, ::torch::full({5}, int64_t{100} + next), "from the next rank");
+    // Bad input fails at the call, before anything is posted.
+    expect_invalid(thrown([&] { batch_isend_irecv({}, pg); }), "empty");
+    expect_invalid(thrown([&] {
+                     batch_isend_irecv({{P2POp::Kind::kSend, ::torch::ones({2}), next},
+                                        {P2POp::Kind::kRecv, Tensor(), prev}},
+                                       pg);
+                   }),
+                   "ops[1].tensor is an undefined tensor");
+    expect_invalid(thrown([&] {
+                     batch_isend_irecv({{P2POp::Kind::kSend, ::torch::ones({2}), 3}}, pg);
+                   }),
+                   "3");
+    Tensor ok = ::torch::full({3}, static_cast<float>(rank + 1));
+    all_reduce(ok, ReduceOpKind::kSum, pg);
+    expect_same(ok, ::torch::full({3}, 6.0f), "after the errors");
   });
 }
 

@@ -187,6 +187,17 @@ void send(const ::torch::Tensor& tensor, int dst, Group group = {}, uint32_t tag
 void recv(const ::torch::Tensor& tensor, int src, Group group = {}, uint32_t tag = 0);
 WorkPtr isend(const ::torch::Tensor& tensor, int dst, Group group = {}, uint32_t tag = 0);
 WorkPtr irecv(const ::torch::Tensor& tensor, int src, Group group = {}, uint32_t tag = 0);
+// One send or receive of batch_isend_irecv (torch.distributed.P2POp).
+struct P2POp {
+  enum class Kind { kSend, kRecv };
+  Kind kind;
+  ::torch::Tensor tensor;  // read by a send, written by a receive
+  int peer;                // group rank
+  uint32_t tag = 0;
+};
+// The sends and receives as one operation of the group (ProcessGroup::batch_isend_irecv):
+// posted together, in any order across peers without deadlock; one Work for all of them.
+WorkPtr batch_isend_irecv(const std::vector<P2POp>& ops, Group group = {});
 // From any source (ProcessGroup::irecv_any): the Work's source_rank() names the sender once
 // complete; recv_any returns it.
 WorkPtr irecv_any(const ::torch::Tensor& tensor, Group group = {}, uint32_t tag = 0);
