@@ -264,6 +264,9 @@ class Peer {
   std::string start_message_locked(size_t lane, const WireHeader& header, Progress* progress)
       TDIST_REQUIRES(recv_mu_);
   std::string finish_message_locked(size_t lane, Progress* progress) TDIST_REQUIRES(recv_mu_);
+  // The text of the peer's abort notice: "rank 1: rank 0 (<channel>) aborted <what>:
+  // <reason>", marked as `reason` is (a desync or a timeout over there).
+  std::string aborted_text(size_t lane, const char* what, const std::string& reason) const;
   // A kContextAbortTag notice arrived whole (peer_context.cc): closes the context, fails
   // this peer's receives of it, and keeps it for the Engine.
   std::string context_aborted_locked(size_t lane, const std::string& payload, Progress* progress)

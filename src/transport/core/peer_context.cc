@@ -99,12 +99,7 @@ std::string Peer::context_aborted_locked(size_t lane_index, const std::string& p
   if (context < 1 || context > kMaxContext) {
     return lost(detail::str_cat("protocol error: an abort of context ", context));
   }
-  const std::string reason = payload.substr(sizeof(context));
-  const bool marked = is_marked(reason);  // a desync or a timeout over there
-  const std::string text =
-      detail::str_cat(marked ? reason.substr(0, 1) : std::string(), "rank ", self_rank_, ": rank ",
-                      rank_, " (", lanes_[lane_index].channel->describe(),
-                      ") aborted the group: ", reason.substr(marked ? 1 : 0));
+  const std::string text = aborted_text(lane_index, "the group", payload.substr(sizeof(context)));
   // Closed and this peer's receives failed here, before anything read after the notice (its
   // goodbye, say) can find them pending; the Engine fails the rest.
   const uint32_t id = static_cast<uint32_t>(context);

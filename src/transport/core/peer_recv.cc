@@ -310,12 +310,17 @@ std::string Peer::finish_message_locked(size_t lane_index, Progress* progress) {
     return context_aborted_locked(lane_index, done.control, progress);
   if (done.tag == kAbortTag) {
     lane.eof = true;
-    const bool marked = is_marked(done.control);  // a desync or a timeout over there
-    return detail::str_cat(marked ? done.control.substr(0, 1) : std::string(), "rank ", self_rank_,
-                           ": rank ", rank_, " (", lane.channel->describe(),
-                           ") aborted its Comm: ", done.control.substr(marked ? 1 : 0));
+    return aborted_text(lane_index, "its Comm", done.control);
   }
   return finish_rendezvous_locked(lane_index, done, progress);
+}
+
+std::string Peer::aborted_text(size_t lane_index, const char* what,
+                               const std::string& reason) const {
+  const bool marked = is_marked(reason);  // a desync or a timeout over there: kept marked
+  return detail::str_cat(marked ? reason.substr(0, 1) : std::string(), "rank ", self_rank_,
+                         ": rank ", rank_, " (", lanes_[lane_index].channel->describe(),
+                         ") aborted ", what, ": ", reason.substr(marked ? 1 : 0));
 }
 
 std::string Peer::finish_rendezvous_locked(size_t lane_index, Incoming& done, Progress* progress) {
