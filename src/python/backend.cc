@@ -79,8 +79,7 @@ TdistBackend::WorkRef TdistBackend::issue(OpType type, std::vector<WorkPtr> work
                                           std::vector<at::Tensor> outputs, bool run_now,
                                           std::chrono::milliseconds timeout,
                                           const std::vector<at::Tensor>* inputs) {
-  const bool p2p = type == OpType::SEND || type == OpType::RECV || type == OpType::RECVANYSOURCE;
-  if (!p2p) collectives_.fetch_add(1, std::memory_order_relaxed);
+  count(type);
   if (coalescing_on_.load(std::memory_order_acquire)) coalesce(works, outputs);
   const std::chrono::milliseconds limit = timeout_of(timeout);
   auto work = c10::make_intrusive<TorchWork>(
@@ -91,6 +90,17 @@ TdistBackend::WorkRef TdistBackend::issue(OpType type, std::vector<WorkPtr> work
   // hand-off to the group's worker thread.
   if (run_now) work->wait(kNoTimeout);
   return work;
+}
+
+TdistBackend::WorkRef TdistBackend::finished(OpType type, const std::vector<WorkPtr>& works) {
+  count(type);
+  for (const auto& w : works) w->wait(Deadline::never());
+  return {};
+}
+
+void TdistBackend::count(OpType type) {
+  const bool p2p = type == OpType::SEND || type == OpType::RECV || type == OpType::RECVANYSOURCE;
+  if (!p2p) collectives_.fetch_add(1, std::memory_order_relaxed);
 }
 
 bool TdistBackend::finishes_in_call(bool run_now, std::chrono::milliseconds timeout) const {

@@ -147,6 +147,12 @@ class TdistBackend final : public TorchBackendBase {
   WorkRef issue(::c10d::OpType type, std::vector<WorkPtr> works, std::vector<at::Tensor> outputs,
                 bool run_now, std::chrono::milliseconds timeout = ::c10d::kUnsetTimeout,
                 const std::vector<at::Tensor>* inputs = nullptr);
+  // A call that finished inside its tensor call (finishes_in_call) and whose caller
+  // needs no Work: its errors raised here, and no Work returned (null), as torch's NCCL
+  // does for async_op=False; torch.distributed's functions then skip work.wait().
+  WorkRef finished(::c10d::OpType type, const std::vector<WorkPtr>& works);
+  // Counts a collective call (the group's sequence number).
+  void count(::c10d::OpType type);
   WorkRef sparse_allreduce(Tensors& tensors, const ::c10d::AllreduceOptions& opts);
   // Whether a call that the caller waits for at once (`run_now`) may finish inside its
   // tensor call (tdist::torch::CallerWaits): not while coalescing (the calls are waited

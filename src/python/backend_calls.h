@@ -8,6 +8,9 @@
 #include <vector>
 
 #include "backend.h"
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
 #include "tdist/error.h"
 #include "tdist/reduce_op.h"
 #include "tdist/torch/collectives.h"
@@ -40,6 +43,16 @@ bool caller_waits(const Opts& opts) {
   }
 }
 
+// Whether torch keeps each call's Work for a compiled graph to wait on
+// (allow_inflight_collective_as_graph_input): then every call returns one.
+inline bool work_registered() {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)
+  return ::c10d::allow_inflight_collective_as_graph_input();
+#else
+  return false;
+#endif
+}
+
 // The call's own timeout (kUnsetTimeout when it has none).
 template <typename Opts>
 std::chrono::milliseconds timeout_option(const Opts& opts) {
@@ -61,11 +74,15 @@ std::chrono::milliseconds timeout_option(const Opts& opts) {
   ::tdist::python::torch_errors([&] {                                        \
     const bool run_now = ::tdist::python::caller_waits(opts);                \
     const auto timeout = ::tdist::python::timeout_option(opts);              \
+    const bool in_call = finishes_in_call(run_now, timeout);                 \
     std::vector<::tdist::WorkPtr> works;                                     \
     {                                                                        \
       std::optional<::tdist::torch::CallerWaits> waits;                      \
-      if (finishes_in_call(run_now, timeout)) waits.emplace();               \
+      if (in_call) waits.emplace();                                          \
       __VA_ARGS__;                                                           \
+    }                                                                        \
+    if (in_call && !::tdist::python::work_registered()) {                    \
+      return finished(type, works);                                          \
     }                                                                        \
     const std::vector<at::Tensor>& shown = inputs;                           \
     return issue(type, std::move(works), outputs, run_now, timeout, &shown); \

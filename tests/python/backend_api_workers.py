@@ -158,6 +158,17 @@ def group_api(rank, world, init):
     seq0 = backend._get_sequence_number_for_group()
     dist.all_reduce(torch.ones(1))
     out["seq_step"] = backend._get_sequence_number_for_group() - seq0
+    # A call waited for at once finishes inside it and returns no Work, as NCCL's does
+    # (torch.distributed's functions then skip work.wait()); an async one returns its Work.
+    opts = dist.AllreduceOptions()
+    opts.asyncOp = False
+    waited = torch.ones(3)
+    out["waited_work"] = repr(dist.group.WORLD.allreduce([waited], opts))
+    out["waited_sum"] = waited.tolist()
+    opts.asyncOp = True
+    pending = dist.group.WORLD.allreduce([waited], opts)
+    out["async_work"] = pending is not None
+    pending.wait()
     # Collective timing: the Work's duration once complete.
     dist.group.WORLD._enable_collectives_timing()
     work = dist.all_reduce(torch.ones(1000), async_op=True)

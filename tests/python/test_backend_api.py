@@ -53,6 +53,8 @@ def test_split_monitored_barrier_sequence_names_and_timeouts():
         assert r["split_size"] == (2 if rank < 2 else 1), r
         assert r["split_backend"] == "tdist", r
         assert r["seq_step"] == 1, r
+        assert r["waited_work"] == "None" and r["waited_sum"] == [3.0] * 3, r
+        assert r["async_work"], r
         assert r["ddp_backend"] == "tdist", r
         assert 0.0 < r["duration_ms"] < 10000.0, r
     assert re.search("Rank 2 failed to pass monitoredBarrier", results[0]["monitored"])
