@@ -99,6 +99,7 @@
 #include "tdist/error.h"
 #include "tdist/process_group.h"
 #include "tdist/torch/comm_hooks.h"
+#include "tdist/torch/forward_outputs.h"
 #include "tdist/torch/join.h"
 
 namespace tdist::torch {
@@ -211,57 +212,14 @@ class DistributedDataParallelBase : public Joinable {
   int average_over_ = 0;  // under a Join: ranks the next synchronized pass averages over
 };
 
-namespace detail {
-
-// The tensors in a forward output, for the unused-parameter search. Other types hold
-// none that DDP can find.
-inline void collect_tensors(const ::torch::Tensor& t, std::vector<::torch::Tensor>& out);
-template <typename T>
-void collect_tensors(const std::vector<T>& v, std::vector<::torch::Tensor>& out);
-template <typename A, typename B>
-void collect_tensors(const std::pair<A, B>& p, std::vector<::torch::Tensor>& out);
-template <typename... T>
-void collect_tensors(const std::tuple<T...>& t, std::vector<::torch::Tensor>& out);
-template <typename T>
-void collect_tensors(const T&, std::vector<::torch::Tensor>&) {}
-
-inline void collect_tensors(const ::torch::Tensor& t, std::vector<::torch::Tensor>& out) {
-  if (t.defined()) out.push_back(t);
-}
-template <typename T>
-void collect_tensors(const std::vector<T>& v, std::vector<::torch::Tensor>& out) {
-  for (const T& x : v) collect_tensors(x, out);
-}
-template <typename A, typename B>
-void collect_tensors(const std::pair<A, B>& p, std::vector<::torch::Tensor>& out) {
-  collect_tensors(p.first, out);
-  collect_tensors(p.second, out);
-}
-template <typename... T>
-void collect_tensors(const std::tuple<T...>& t, std::vector<::torch::Tensor>& out) {
-  std::apply([&out](const auto&... x) { (collect_tensors(x, out), ...); }, t);
-}
-
-// The module a handle (std::shared_ptr<M> or a torch::nn::ModuleHolder) points to.
-template <typename Handle>
-::torch::nn::Module& module_of(Handle& handle) {
-  if constexpr (requires { handle.is_empty(); }) {
-    TDIST_CHECK(!handle.is_empty(), InvalidArgument, "DistributedDataParallel: empty module");
-  } else {
-    TDIST_CHECK(handle != nullptr, InvalidArgument, "DistributedDataParallel: null module");
-  }
-  return *handle;
-}
-
-}  // namespace detail
-
 // ModuleHandle: std::shared_ptr<M> for a torch::nn::Module subclass M, or a ModuleHolder
 // such as torch::nn::Sequential; deduced from the constructor argument.
 template <typename ModuleHandle>
 class DistributedDataParallel : public DistributedDataParallelBase {
  public:
   explicit DistributedDataParallel(ModuleHandle module, DDPOptions options = {})
-      : DistributedDataParallelBase(detail::module_of(module), std::move(options)),
+      : DistributedDataParallelBase(detail::module_of(module, "DistributedDataParallel"),
+                                    std::move(options)),
         module_(std::move(module)) {}
 
   // module->forward(args...), with the synchronization described above.
