@@ -169,7 +169,8 @@ void all_reduce_values(ProcessGroup& group, std::vector<int64_t>& values, Reduce
   std::copy_n(host.data_ptr<int64_t>(), values.size(), values.begin());
 }
 
-void verify_same_shapes(ProcessGroup& group, const std::vector<NamedTensor>& tensors) {
+void verify_same_shapes(ProcessGroup& group, const std::vector<NamedTensor>& tensors,
+                        std::string_view subject) {
   const auto world = static_cast<size_t>(group.size());
   if (world == 1) return;
   std::vector<int64_t> mine = signature(tensors);
@@ -199,10 +200,8 @@ void verify_same_shapes(ProcessGroup& group, const std::vector<NamedTensor>& ten
   if (differences.empty()) return;
   std::string list;
   for (const std::string& d : differences) list += (list.empty() ? "" : "; ") + d;
-  TDIST_THROW(InvalidArgument,
-              "DDP: the ranks' models differ; parameters and buffers must have the same "
-              "shapes and dtypes on every rank. First differences: ",
-              list);
+  TDIST_THROW(InvalidArgument, subject,
+              " must have the same shapes and dtypes on every rank. First differences: ", list);
 }
 
 void broadcast_coalesced(ProcessGroup& group, const std::vector<::torch::Tensor>& tensors,

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <exception>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tdist/error.h"
@@ -25,8 +26,11 @@ struct NamedTensor {
 };
 
 // Compares every rank's list of (dtype, shape) with rank 0's. On any difference every rank
-// throws InvalidArgument listing the first few, by the names of this rank's `tensors`.
-void verify_same_shapes(ProcessGroup& group, const std::vector<NamedTensor>& tensors);
+// throws InvalidArgument listing the first few, by the names of this rank's `tensors`:
+// "<subject> must have the same shapes and dtypes on every rank. First differences: ...".
+void verify_same_shapes(
+    ProcessGroup& group, const std::vector<NamedTensor>& tensors,
+    std::string_view subject = "DDP: the ranks' models differ; parameters and buffers");
 
 // Copies root's values of `tensors` (CPU, dense) into the other ranks' tensors, packing
 // tensors of one dtype into flat buffers of at most a few tens of MB per broadcast.
