@@ -121,7 +121,7 @@ void ShardUnit::init(::torch::nn::Module& module) {
                 own[0].tensor.scalar_type(), " on ", own[0].tensor.device(),
                 "; a unit's parameters share one dtype and device (wrap the others apart)");
   }
-  verify_same_shapes(*group_, own);
+  verify_same_shapes(*group_, own, "fully_shard: the ranks' models differ; parameters");
   std::vector<::torch::Tensor> tensors;
   for (const NamedTensor& t : own) tensors.push_back(t.tensor);
   broadcast_coalesced(*group_, tensors, /*root=*/0);
