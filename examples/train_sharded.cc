@@ -79,7 +79,7 @@ bool parse_flags(int argc, char** argv, Flags& f) {
   return f.width > 0 && f.depth > 0 && f.batch_size > 0 && f.steps > 0 && f.lr > 0;
 }
 
-// Linear + GELU blocks of one width; forward calls each through its unit once sharded.
+// Linear + ReLU blocks of one width; forward calls each through its unit once sharded.
 struct Stack : torch::nn::Module {
   Stack(int64_t width, int64_t depth) {
     for (int64_t i = 0; i < depth; ++i) {
@@ -89,7 +89,7 @@ struct Stack : torch::nn::Module {
   }
   torch::Tensor forward(torch::Tensor x) {
     for (size_t i = 0; i < blocks.size(); ++i) {
-      x = torch::gelu(units.empty() ? blocks[i](x) : units[i](x));
+      x = torch::relu(units.empty() ? blocks[i](x) : units[i](x));
     }
     return x;
   }

@@ -383,6 +383,14 @@ void ShardUnit::post_backward() {
   reduce_output_ = ::torch::empty({flat_numel_}, reduce_input_.options());
   reduce_work_ = reduce_scatter_tensor_async(reduce_output_, reduce_input_.view({-1}),
                                              ReduceOpKind::kAvg, group_);
+  // One reduce-scatter in flight besides this one: the previous unit's is finished now,
+  // so that whole-size inputs do not pile up until backward ends.
+  if (std::shared_ptr<ShardUnit> root = root_.lock()) {
+    if (std::shared_ptr<ShardUnit> previous = root->last_reduce_.lock()) {
+      if (previous.get() != this) previous->finish_reduce();
+    }
+    root->last_reduce_ = weak_from_this();
+  }
 }
 
 void ShardUnit::finish_reduce() {

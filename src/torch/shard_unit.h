@@ -114,6 +114,7 @@ class ShardUnit : public std::enable_shared_from_this<ShardUnit> {
   std::vector<std::weak_ptr<ShardUnit>> ran_;
   std::vector<std::weak_ptr<ShardUnit>> finished_;  // the same, as their forwards ended
   std::weak_ptr<ShardUnit> root_;
+  std::weak_ptr<ShardUnit> last_reduce_;  // the unit whose reduce-scatter was launched last
   bool callback_queued_ = false;
   bool grad_forward_ = false;  // the last forward built a graph
 };

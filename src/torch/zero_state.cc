@@ -76,8 +76,9 @@ const Optimizer& ZeroRedundancyOptimizer::state_dict() const {
 
 void ZeroRedundancyOptimizer::load_state_dict(const Optimizer& full) {
   const char* what = "ZeroRedundancyOptimizer::load_state_dict: ";
-  TDIST_CHECK(typeid(full) == typeid(*local_), InvalidArgument, what, "the state is a ",
-              type_name(full), " but the factory makes a ", type_name(*local_));
+  const Optimizer& local = *local_;
+  TDIST_CHECK(typeid(full) == typeid(local), InvalidArgument, what, "the state is a ",
+              type_name(full), " but the factory makes a ", type_name(local));
   TDIST_CHECK(full.param_groups().size() == 1, InvalidArgument, what, "the state has ",
               full.param_groups().size(), " parameter groups; it must have one");
   const std::vector<Tensor>& theirs = full.param_groups()[0].params();

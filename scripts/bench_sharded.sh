@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Sharded training benchmark, all in one run (issue 32's yardsticks), OMP_NUM_THREADS=1:
+#   speed, world 2: 8 blocks of Linear(2048, 2048) + ReLU (34M parameters), Adam, batch 32
+#     per rank: tdist's fully_shard in C++ (examples/train_sharded), tdist's DDP in C++ (its
+#     --ddp), and PyTorch's FSDP2 over gloo and over tdist (benchmarks/python/fsdp2_bench.py),
+#     interleaved R rounds; the table gives the median step and samples/s of each, and the
+#     ratios the issue names (C++ fully_shard / FSDP2-gloo, FSDP2-tdist / FSDP2-gloo);
+#   memory: 8 blocks of Linear(4096, 4096) (134M parameters), Adam, batch 8, 3 steps, at
+#     world 2 and 4: the peak RSS per rank (the largest over the ranks) of fully_shard and
+#     of DDP, and their ratio.
+# Needs: a build with train_sharded and tdistrun (LibTorch found), and the tdist Python
+# package installed for python3 (pip install .) for the FSDP2 rows.
+# Usage: bash scripts/bench_sharded.sh [BUILD_DIR] [R]   (defaults: build 3)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=$(realpath "${1:-build}")
+rounds=${2:-3}
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || {
+  echo "usage: bash scripts/bench_sharded.sh [BUILD_DIR] [R]" >&2
+  exit 2
+}
+for bin in "$build/examples/train_sharded" "$build/tools/tdistrun"; do
+  [[ -x $bin ]] || {
+    echo "bench_sharded: $bin is missing (cmake --build $build --target train_sharded tdistrun)" >&2
+    exit 1
+  }
+done
+python3 -c 'import tdist' 2>/dev/null || {
+  echo "bench_sharded: the tdist Python package is not installed for python3 (pip install .)" >&2
+  exit 1
+}
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 PYTHONWARNINGS=ignore
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+# cxx LABEL WORLD ARGS...: one train_sharded run under tdistrun; its summary line, relabeled.
+cxx() {
+  local label=$1 world=$2
+  shift 2
+  "$build/tools/tdistrun" --standalone --nproc-per-node "$world" "$build/examples/train_sharded" \
+    "$@" 2>/dev/null | grep '^sharded-' | sed "s/^sharded-[a-z_]*/$label/" | tee -a "$log"
+}
+
+speed=(--width 2048 --depth 8 --batch-size 32 --steps 11)
+memory=(--width 4096 --depth 8 --batch-size 8 --steps 3)
+for ((r = 1; r <= rounds; r++)); do
+  echo "== round $r/$rounds"
+  cxx speed-cxx-fully_shard 2 "${speed[@]}"
+  cxx speed-cxx-ddp 2 "${speed[@]}" --ddp
+  for b in gloo tdist; do
+    python3 benchmarks/python/fsdp2_bench.py "$b" 2>/dev/null |
+      sed "s/^fsdp2-$b/speed-fsdp2-$b/" | tee -a "$log"
+  done
+done
+for world in 2 4; do
+  cxx "memory-fully_shard" "$world" "${memory[@]}"
+  cxx "memory-ddp" "$world" "${memory[@]}" --ddp
+done
+
+python3 - "$log" <<'PY'
+import re, statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"(\S+) world=(\d+) .*step_ms=([\d.]+) samples_per_s=([\d.]+) peak_rss_mib=([\d.]+)", line)
+    if m:
+        rows.setdefault((m[1], int(m[2])), []).append(tuple(map(float, m.group(3, 4, 5))))
+med = {k: [statistics.median(x[i] for x in v) for i in range(3)] for k, v in rows.items()}
+print("\n| speed, world 2 (34M parameters, Adam) | step ms | samples/s | peak RSS MiB |")
+print("|---|---:|---:|---:|")
+for name in ("speed-cxx-fully_shard", "speed-cxx-ddp", "speed-fsdp2-gloo", "speed-fsdp2-tdist"):
+    if (name, 2) in med:
+        s, t, m = med[(name, 2)]
+        print(f"| {name[6:]} | {s:.0f} | {t:.1f} | {m:.0f} |")
+def ratio(a, b):
+    return med[(a, 2)][1] / med[(b, 2)][1] if (a, 2) in med and (b, 2) in med else float("nan")
+print(f"\nC++ fully_shard / FSDP2 over gloo: {ratio('speed-cxx-fully_shard', 'speed-fsdp2-gloo'):.2f}x samples/s")
+print(f"FSDP2 over tdist / over gloo: {ratio('speed-fsdp2-tdist', 'speed-fsdp2-gloo'):.2f}x samples/s")
+print("\n| memory (134M parameters, Adam) | fully_shard peak RSS MiB | DDP | ratio |")
+print("|---|---:|---:|---:|")
+for world in (2, 4):
+    f, d = med.get(("memory-fully_shard", world)), med.get(("memory-ddp", world))
+    if f and d:
+        print(f"| world {world} | {f[2]:.0f} | {d[2]:.0f} | {f[2] / d[2]:.2f} |")
+PY
