@@ -249,8 +249,7 @@ bool ShardUnit::set_requires_sync(bool on) {
 }
 
 void ShardUnit::pre_forward() {
-  check_params_untouched();
-  for (const Inner& in : inner_) in.unit->check_params_untouched();
+  check_params_untouched();  // each unit its own, before its gather
   grad_forward_ = c10::GradMode::is_enabled();
   std::shared_ptr<ShardUnit> self = shared_from_this();
   if (forward_root == nullptr) {
@@ -429,10 +428,7 @@ void ShardUnit::finish_backward() {
   // backward never reached) reduce what they have, in reverse forward order on every rank.
   for (auto it = units.rbegin(); it != units.rend(); ++it) {
     ShardUnit& u = **it;
-    if (!u.post_backward_done_) {
-      if (!u.in_backward_) u.in_backward_ = true;
-      u.post_backward();
-    }
+    if (!u.post_backward_done_) u.post_backward();
   }
   for (const std::shared_ptr<ShardUnit>& u : units) {
     u->drop_gather();

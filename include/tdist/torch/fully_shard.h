@@ -58,10 +58,8 @@
 // it owns).
 //
 // Errors: a unit whose parameters were replaced or resized outside it between steps (e.g.
-// set_data, or a module re-registered): Error naming the parameter, from the next forward.
-// Ranks that shard different modules, or call units in a different order, fail with a
-// DesyncError on every rank from tdist's collectives (fingerprints compare each gather's
-// size), not a hang.
+// set_data, or a module re-registered): Error naming the parameter, from that unit's next
+// forward. Ranks must call the same units in the same order (as the same collectives).
 //
 // Thread-safety: one thread at a time per model (forward; backward may run on any thread).
 // The handles must outlive the backward passes of their forwards.
