@@ -362,14 +362,23 @@ void ShardUnit::post_backward() {
       local_grads_[i] = local_grads_[i].defined() ? local_grads_[i].add_(grads[i]) : grads[i];
     }
   }
-  if (!requires_sync_ || flat_numel_ == 0) {
-    reshard();
-    return;
+  // The gathered parameters are not needed any more: freed before the reduce-scatter's
+  // buffers are made (peak memory).
+  reshard();
+  if (!requires_sync_ || flat_numel_ == 0) return;
+  // One reduce-scatter in flight at a time, besides the collectives of compute: the
+  // previous unit's (launched while this unit's backward ran, so mostly done) is finished
+  // before this one's whole-size input exists, so that at most one such input is alive.
+  if (std::shared_ptr<ShardUnit> root = root_.lock()) {
+    if (std::shared_ptr<ShardUnit> previous = root->last_reduce_.lock()) {
+      if (previous.get() != this) previous->finish_reduce();
+    }
+    root->last_reduce_ = weak_from_this();
   }
   const int world = group_->size();
   reduce_input_ = ::torch::empty({world, flat_numel_}, flat_shard_.options().dtype(reduce_dtype()));
   for (size_t i = 0; i < params_.size(); ++i) {
-    ::torch::Tensor g = grads[i];
+    ::torch::Tensor g = std::move(grads[i]);  // each whole gradient freed once copied
     if (local_grads_[i].defined()) {
       g = g.defined() ? g.add(local_grads_[i]) : local_grads_[i];
       local_grads_[i] = ::torch::Tensor();
@@ -377,19 +386,10 @@ void ShardUnit::post_backward() {
     params_[i].scatter_grad_into(params_[i].requires_grad() ? g : ::torch::Tensor(), reduce_input_,
                                  offsets_[i]);
   }
-  grads.clear();
-  reshard();
-  reduce_output_ = ::torch::empty({flat_numel_}, reduce_input_.options());
+  // In place: this rank's row of the input receives its reduced shard.
+  reduce_output_ = reduce_input_[group_->rank()];
   reduce_work_ = reduce_scatter_tensor_async(reduce_output_, reduce_input_.view({-1}),
                                              ReduceOpKind::kAvg, group_);
-  // One reduce-scatter in flight besides this one: the previous unit's is finished now,
-  // so that whole-size inputs do not pile up until backward ends.
-  if (std::shared_ptr<ShardUnit> root = root_.lock()) {
-    if (std::shared_ptr<ShardUnit> previous = root->last_reduce_.lock()) {
-      if (previous.get() != this) previous->finish_reduce();
-    }
-    root->last_reduce_ = weak_from_this();
-  }
 }
 
 void ShardUnit::finish_reduce() {
