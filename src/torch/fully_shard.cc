@@ -29,7 +29,9 @@ FullyShardedBase::NoSyncGuard FullyShardedBase::no_sync() { return NoSyncGuard(u
 
 void FullyShardedBase::unshard() { unit_->unshard(); }
 void FullyShardedBase::reshard() { unit_->reshard(); }
-void FullyShardedBase::pre_forward() { unit_->pre_forward(); }
+void FullyShardedBase::pre_forward(const std::vector<::torch::Tensor>& inputs) {
+  unit_->pre_forward(inputs);
+}
 void FullyShardedBase::post_forward(const std::vector<::torch::Tensor>& outputs) {
   unit_->post_forward(outputs);
 }

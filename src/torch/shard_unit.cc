@@ -1,13 +1,13 @@
+// ShardUnit (shard_unit.h): wrapping (collective, checked across ranks), gathering and
+// freeing a unit's parameters, and its forward; the backward part is in
+// shard_unit_backward.cc.
 #include "shard_unit.h"
 
-// Internal LibTorch headers, as the Reducer's (reducer.cc): a parameter's gradient
-// accumulator and its post hooks (through compat.h), and the end of a backward pass
-// (Engine::queue_callback).
 #include <c10/core/GradMode.h>
-#include <torch/csrc/autograd/engine.h>
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -32,6 +32,17 @@ std::unordered_map<const ::torch::nn::Module*, std::weak_ptr<ShardUnit>>& regist
 // The root unit whose forward runs on this thread.
 thread_local ShardUnit* forward_root = nullptr;
 
+// Ids proposed at wrap time (every rank takes rank 0's): unique among a process's units.
+std::atomic<int64_t> next_unit_id{1};
+
+// "Net" for "tdist::torch::(anonymous namespace)::Net", "Linear" for "torch::nn::LinearImpl".
+std::string short_class_name(const std::string& name) {
+  const size_t colon = name.rfind("::");
+  std::string out = colon == std::string::npos ? name : name.substr(colon + 2);
+  if (out.size() > 4 && out.compare(out.size() - 4, 4, "Impl") == 0) out.resize(out.size() - 4);
+  return out;
+}
+
 void check_supported(const NamedTensor& t) {
   TDIST_CHECK(t.tensor.device().is_cpu() || (TDIST_TORCH_CUDA && t.tensor.device().is_cuda()),
               InvalidArgument, "fully_shard: parameter '", t.name, "' is on ", t.tensor.device(),
@@ -44,22 +55,6 @@ void check_supported(const NamedTensor& t) {
 }
 
 }  // namespace
-
-// Runs after AccumulateGrad stored a parameter's (whole) gradient.
-class ShardUnit::GradReady final : public ::torch::autograd::FunctionPostHook {
- public:
-  GradReady(ShardUnit& unit, size_t index) : unit_(unit), index_(index) {}
-  ::torch::autograd::variable_list operator()(
-      const ::torch::autograd::variable_list& outputs,
-      const ::torch::autograd::variable_list& /*inputs*/) override {
-    unit_.grad_ready(index_);
-    return outputs;
-  }
-
- private:
-  ShardUnit& unit_;
-  const size_t index_;
-};
 
 std::shared_ptr<ShardUnit> ShardUnit::create(::torch::nn::Module& module,
                                              FullyShardOptions options) {
@@ -121,7 +116,7 @@ void ShardUnit::init(::torch::nn::Module& module) {
                 own[0].tensor.scalar_type(), " on ", own[0].tensor.device(),
                 "; a unit's parameters share one dtype and device (wrap the others apart)");
   }
-  verify_same_shapes(*group_, own, "fully_shard: the ranks' models differ; parameters");
+  check_wrap(own);
   std::vector<::torch::Tensor> tensors;
   for (const NamedTensor& t : own) tensors.push_back(t.tensor);
   broadcast_coalesced(*group_, tensors, /*root=*/0);
@@ -159,25 +154,97 @@ c10::ScalarType ShardUnit::reduce_dtype() const {
   return options_.reduce_dtype.value_or(gather_dtype());
 }
 
-void ShardUnit::hook_accumulators() {
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (!params_[i].requires_grad()) continue;
-    compat::NodePtr acc = ::torch::autograd::impl::grad_accumulator(params_[i].param());
-    if (acc.get() == accumulators_[i].get()) continue;
-    if (accumulators_[i] != nullptr) accumulators_[i]->del_post_hook(hook_keys_[i]);
-    hook_keys_[i] = acc->add_post_hook(std::make_unique<GradReady>(*this, i));
-    accumulators_[i] = std::move(acc);
+void ShardUnit::check_wrap(const std::vector<NamedTensor>& own) {
+  shard_check::WrapInfo wrap;
+  wrap.proposed_id = next_unit_id.fetch_add(1);
+  wrap.module = short_class_name(module_->name());
+  for (const NamedTensor& t : own) {
+    wrap.param_names.push_back(t.name);
+    wrap.params.push_back(t.tensor);
   }
+  for (const Inner& in : inner_)
+    wrap.inner.emplace_back(in.unit->id_, in.prefix.substr(0, in.prefix.size() - 1));
+  std::sort(wrap.inner.begin(), wrap.inner.end());  // wrap order
+  id_ = wrap.proposed_id;
+  if (group_->size() > 1) {
+    const c10::Device device = own.empty() ? c10::Device(c10::kCPU) : own[0].tensor.device();
+    const std::vector<shard_check::Header> all =
+        shard_check::exchange(*group_, shard_check::wrap_header(wrap), device);
+    if (const int r = shard_check::first_difference(all); r >= 0) {
+      shard_check::throw_desync(*group_, all, r, namer(), &wrap);
+    }
+    id_ = all[0][1];
+  }
+  // The outermost unit's paths win: they are what the user's model calls its modules.
+  for (Inner& in : inner_) in.unit->path_ = in.prefix.substr(0, in.prefix.size() - 1);
 }
 
-void ShardUnit::check_params_untouched() const {
-  for (const ShardParam& p : params_) {
-    if (!p.is_sharded()) continue;
-    TDIST_CHECK(p.holds_shard(), Error, "fully_shard: parameter '", p.name(),
+std::string ShardUnit::label() const {
+  return path_.empty() ? "the unit of " + short_class_name(module_->name())
+                       : "unit '" + path_ + "'";
+}
+
+shard_check::UnitName ShardUnit::namer() const {
+  return [group = group_.get()](int64_t id) {
+    std::lock_guard<std::mutex> lock(registry_mu);
+    for (const auto& [module, weak] : registry()) {
+      std::shared_ptr<ShardUnit> unit = weak.lock();
+      if (unit != nullptr && unit->group_.get() == group && unit->id_ == id) return unit->label();
+    }
+    return ::tdist::detail::str_cat("unit #", id);
+  };
+}
+
+std::string ShardUnit::param_path(size_t index) const {
+  return path_.empty() ? params_[index].name() : path_ + "." + params_[index].name();
+}
+
+int64_t ShardUnit::first_touched() const {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const ShardParam& p = params_[i];
+    if (p.is_sharded() && !p.holds_shard()) return static_cast<int64_t>(i) + 1;
+  }
+  return 0;
+}
+
+void ShardUnit::throw_touched(int rank, size_t index) const {
+  const ShardParam& p = params_[index];
+  const char* const advice =
+      "; change sharded parameters in place only (as optimizers do), or use load_full_state_dict";
+  if (rank == group_->rank()) {
+    TDIST_THROW(InvalidArgument, "fully_shard: parameter '", param_path(index),
                 "' was replaced or resized outside fully_shard (it should be this rank's shard, ",
-                p.shard().sizes(), " ", p.shard().scalar_type(), ", but is ", p.param().sizes(),
-                " ", p.param().scalar_type(),
-                "); change sharded parameters in place only, or use load_full_state_dict");
+                p.shard().sizes(), " ", p.shard().scalar_type(), " at ", p.shard().data_ptr(),
+                ", but is ", p.param().sizes(), " ", p.param().scalar_type(), " at ",
+                p.param().data_ptr(), ")", advice);
+  }
+  TDIST_THROW(InvalidArgument, "fully_shard: parameter '", param_path(index), "' of rank ", rank,
+              " was replaced or resized outside fully_shard (rank ", rank, "'s error says how)",
+              advice);
+}
+
+void ShardUnit::check_run(shard_check::Phase phase, const ShardUnit& root, int64_t call,
+                          const std::vector<::torch::Tensor>* inputs) const {
+  const int64_t touched = phase == shard_check::Phase::kForward ? first_touched() : 0;
+  if (group_->size() == 1) {
+    if (touched != 0) throw_touched(0, static_cast<size_t>(touched - 1));
+    return;
+  }
+  shard_check::RunInfo info;
+  info.phase = phase;
+  info.unit = id_;
+  info.root = root.id_;
+  info.call = call;
+  info.touched = touched;
+  info.inputs = inputs;
+  const std::vector<shard_check::Header> all =
+      shard_check::exchange(*group_, shard_check::run_header(info), flat_shard_.device());
+  if (const int r = shard_check::first_difference(all); r >= 0) {
+    shard_check::throw_desync(*group_, all, r, namer(), nullptr);
+  }
+  if (touched != 0) throw_touched(group_->rank(), static_cast<size_t>(touched - 1));
+  for (size_t r = 0; r < all.size(); ++r) {  // another rank's
+    if (all[r][4] != 0) throw_touched(static_cast<int>(r), static_cast<size_t>(all[r][4] - 1));
   }
 }
 
@@ -248,11 +315,16 @@ bool ShardUnit::set_requires_sync(bool on) {
   return previous;
 }
 
-void ShardUnit::pre_forward() {
-  check_params_untouched();  // each unit its own, before its gather
+void ShardUnit::pre_forward(const std::vector<::torch::Tensor>& inputs) {
+  // Each unit checks its own parameters and its step, before its gather.
+  const bool becomes_root = forward_root == nullptr;
+  const ShardUnit& checked_root = becomes_root ? *this : *forward_root;
+  check_run(shard_check::Phase::kForward, checked_root,
+            becomes_root ? calls_ + 1 : checked_root.calls_, &inputs);
   grad_forward_ = c10::GradMode::is_enabled();
   std::shared_ptr<ShardUnit> self = shared_from_this();
-  if (forward_root == nullptr) {
+  if (becomes_root) {
+    ++calls_;
     forward_root = this;
     if (!callback_queued_) {
       ran_.clear();
@@ -326,116 +398,6 @@ void ShardUnit::post_forward(const std::vector<::torch::Tensor>& outputs) {
 
 void ShardUnit::forward_failed() noexcept {
   if (forward_root == this) forward_root = nullptr;
-}
-
-void ShardUnit::pre_backward() {
-  if (in_backward_) return;
-  in_backward_ = true;
-  unshard();
-  if (std::shared_ptr<ShardUnit> next = backward_next_.lock()) next->start_gather();
-  std::shared_ptr<ShardUnit> root = root_.lock();
-  if (root != nullptr && !root->callback_queued_) {
-    root->callback_queued_ = true;
-    std::weak_ptr<ShardUnit> weak = root;
-    ::torch::autograd::Engine::get_default_engine().queue_callback([weak] {
-      if (std::shared_ptr<ShardUnit> unit = weak.lock()) unit->finish_backward();
-    });
-  }
-}
-
-void ShardUnit::grad_ready(size_t index) {
-  if (!in_backward_ || post_backward_done_ || ready_[index] != 0) return;
-  ready_[index] = 1;
-  if (++ready_count_ == needs_grad_) post_backward();
-}
-
-void ShardUnit::post_backward() {
-  post_backward_done_ = true;
-  ::torch::NoGradGuard no_grad;
-  std::vector<::torch::Tensor> grads(params_.size());
-  for (size_t i = 0; i < params_.size(); ++i) {
-    ShardParam& p = params_[i];
-    if (!p.requires_grad() || p.is_sharded()) continue;
-    grads[i] = p.param().grad();
-    p.param().mutable_grad() = ::torch::Tensor();
-    if (!requires_sync_ && grads[i].defined()) {  // no_sync: kept whole, added up
-      local_grads_[i] = local_grads_[i].defined() ? local_grads_[i].add_(grads[i]) : grads[i];
-    }
-  }
-  // The gathered parameters are not needed any more: freed before the reduce-scatter's
-  // buffers are made (peak memory).
-  reshard();
-  if (!requires_sync_ || flat_numel_ == 0) return;
-  // One reduce-scatter in flight at a time, besides the collectives of compute: the
-  // previous unit's (launched while this unit's backward ran, so mostly done) is finished
-  // before this one's whole-size input exists, so that at most one such input is alive.
-  if (std::shared_ptr<ShardUnit> root = root_.lock()) {
-    if (std::shared_ptr<ShardUnit> previous = root->last_reduce_.lock()) {
-      if (previous.get() != this) previous->finish_reduce();
-    }
-    root->last_reduce_ = weak_from_this();
-  }
-  const int world = group_->size();
-  reduce_input_ = ::torch::empty({world, flat_numel_}, flat_shard_.options().dtype(reduce_dtype()));
-  for (size_t i = 0; i < params_.size(); ++i) {
-    ::torch::Tensor g = std::move(grads[i]);  // each whole gradient freed once copied
-    if (local_grads_[i].defined()) {
-      g = g.defined() ? g.add(local_grads_[i]) : local_grads_[i];
-      local_grads_[i] = ::torch::Tensor();
-    }
-    params_[i].scatter_grad_into(params_[i].requires_grad() ? g : ::torch::Tensor(), reduce_input_,
-                                 offsets_[i]);
-  }
-  // In place: this rank's row of the input receives its reduced shard.
-  reduce_output_ = reduce_input_[group_->rank()];
-  reduce_work_ = reduce_scatter_tensor_async(reduce_output_, reduce_input_.view({-1}),
-                                             ReduceOpKind::kAvg, group_);
-}
-
-void ShardUnit::finish_reduce() {
-  if (reduce_work_ == nullptr) return;
-  WorkPtr work = std::move(reduce_work_);
-  reduce_work_ = nullptr;
-  work->wait();
-  ::torch::NoGradGuard no_grad;
-  const int rank = group_->rank();
-  for (size_t i = 0; i < params_.size(); ++i) {
-    ShardParam& p = params_[i];
-    if (!p.requires_grad()) continue;
-    ::torch::Tensor g = reduce_output_.narrow(0, offsets_[i], p.rows_of(rank) * p.row_numel())
-                            .view(p.shard().sizes())
-                            .to(p.dtype(), /*non_blocking=*/false, /*copy=*/true);
-    ::torch::Tensor& grad = p.param().mutable_grad();
-    if (grad.defined()) {
-      grad.add_(g);
-    } else {
-      grad = g;
-    }
-  }
-  reduce_input_ = ::torch::Tensor();
-  reduce_output_ = ::torch::Tensor();
-}
-
-void ShardUnit::finish_backward() {
-  callback_queued_ = false;
-  std::vector<std::shared_ptr<ShardUnit>> units;
-  for (const std::weak_ptr<ShardUnit>& w : ran_) {
-    if (std::shared_ptr<ShardUnit> u = w.lock()) units.push_back(std::move(u));
-  }
-  ran_.clear();
-  finished_.clear();
-  // Units whose gradients did not all arrive (parameters unused this pass, or a unit
-  // backward never reached) reduce what they have, in reverse forward order on every rank.
-  for (auto it = units.rbegin(); it != units.rend(); ++it) {
-    ShardUnit& u = **it;
-    if (!u.post_backward_done_) u.post_backward();
-  }
-  for (const std::shared_ptr<ShardUnit>& u : units) {
-    u->drop_gather();
-    u->finish_reduce();
-    u->reshard();
-    u->in_backward_ = false;
-  }
 }
 
 std::vector<ShardParam*> ShardUnit::all_params() {

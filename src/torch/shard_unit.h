@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "compat.h"
+#include "ddp_sync.h"
+#include "shard_check.h"
 #include "shard_param.h"
 #include "tdist/torch/fully_shard.h"
 #include "tdist/work.h"
@@ -30,7 +32,9 @@ class ShardUnit : public std::enable_shared_from_this<ShardUnit> {
   ShardUnit(const ShardUnit&) = delete;
   ShardUnit& operator=(const ShardUnit&) = delete;
 
-  void pre_forward();
+  // Checks across ranks (shard_check.h) that every rank runs this unit with inputs of the
+  // same shapes, and that its parameters are its shards; then gathers.
+  void pre_forward(const std::vector<::torch::Tensor>& inputs);
   void post_forward(const std::vector<::torch::Tensor>& outputs);
   void forward_failed() noexcept;
 
@@ -41,6 +45,7 @@ class ShardUnit : public std::enable_shared_from_this<ShardUnit> {
 
   const std::shared_ptr<ProcessGroup>& group() const { return group_; }
   const FullyShardOptions& options() const { return options_; }
+  const ::torch::nn::Module& module() const { return *module_; }
   // This unit's parameters and, after them, the inner units', in module order.
   std::vector<ShardParam*> all_params();
   std::vector<const ShardParam*> all_params() const;
@@ -74,11 +79,26 @@ class ShardUnit : public std::enable_shared_from_this<ShardUnit> {
   void learn_order();
   c10::ScalarType gather_dtype() const;
   c10::ScalarType reduce_dtype() const;
-  void check_params_untouched() const;
+  // The cross-rank checks (shard_check.h): of the wrapping (sets id_), of a forward or
+  // backward step of this unit as part of `root`'s call number `call`, which also checks
+  // that the parameters are the shards (InvalidArgument naming one that is not, on every
+  // rank).
+  void check_wrap(const std::vector<NamedTensor>& own);
+  void check_run(shard_check::Phase phase, const ShardUnit& root, int64_t call,
+                 const std::vector<::torch::Tensor>* inputs) const;
+  // 1 + the index of the first parameter replaced or resized outside fully_shard, or 0.
+  int64_t first_touched() const;
+  [[noreturn]] void throw_touched(int rank, size_t index) const;
+  std::string label() const;                   // "unit 'blocks.2'", "the unit of Net"
+  std::string param_path(size_t index) const;  // "blocks.2.weight"
+  shard_check::UnitName namer() const;         // labels of this group's units by id
 
   FullyShardOptions options_;
   std::shared_ptr<ProcessGroup> group_;
   const ::torch::nn::Module* module_;
+  int64_t id_ = 0;     // the same on every rank (rank 0's proposal at wrap time)
+  std::string path_;   // the module's path in the outermost unit made around it, if any
+  int64_t calls_ = 0;  // forwards run as the root
   std::vector<ShardParam> params_;
   std::vector<int64_t> offsets_;  // each parameter's column in the flat buffers
   int64_t flat_numel_ = 0;        // S: padded shard elements per rank

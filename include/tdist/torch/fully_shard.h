@@ -67,6 +67,7 @@
 
 #include <c10/core/ScalarType.h>
 #include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
 #include <torch/types.h>
 
 #include <cstdint>
@@ -148,6 +149,14 @@ class FullyShardedBase {
   void load_full_state_dict(const std::vector<std::pair<std::string, ::torch::Tensor>>& state);
   void load_sharded_state_dict(const std::vector<ShardedTensor>& shards);
 
+  // Not collective. InvalidArgument naming the parameter when `optimizer` holds a tensor
+  // that is not a shard of this unit or of the units inside it (e.g. a parameter of a
+  // module no unit wraps, or of another copy of the model), or state (SGD's momentum,
+  // Adam's and AdamW's moments, Adagrad's sums, RMSprop's averages) shaped as a whole
+  // parameter rather than as this rank's shard (it stepped before fully_shard). Call it on
+  // the outermost unit, on every rank, after building the optimizer (see Errors above).
+  void check_optimizer(const ::torch::optim::Optimizer& optimizer) const;
+
   // This unit's (not the inner units') bytes.
   ShardMemory memory() const;
   const std::shared_ptr<ProcessGroup>& process_group() const;
@@ -155,7 +164,7 @@ class FullyShardedBase {
  protected:
   FullyShardedBase(::torch::nn::Module& module, FullyShardOptions options);
   // Around the wrapped forward (see the file comment).
-  void pre_forward();
+  void pre_forward(const std::vector<::torch::Tensor>& inputs);  // the Tensor arguments
   void post_forward(const std::vector<::torch::Tensor>& outputs);
   // After a forward that threw: leave no root state behind.
   void forward_failed() noexcept;
@@ -178,7 +187,9 @@ class FullyShardedModule : public FullyShardedBase {
   // module->forward(args...) with the unit's parameters gathered (see the file comment).
   template <typename... Args>
   auto forward(Args&&... args) {
-    pre_forward();
+    std::vector<::torch::Tensor> inputs;
+    (detail::collect_tensors(args, inputs), ...);
+    pre_forward(inputs);
     try {
       auto output = module_->forward(cast_input(std::forward<Args>(args))...);
       std::vector<::torch::Tensor> tensors;
