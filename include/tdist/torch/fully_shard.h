@@ -19,10 +19,10 @@
 // made before inside it, are sharded on dim 0 across the group (rank r keeps rows
 // [r*c, (r+1)*c) with c = ceil(rows/world); the last ranks' shards may be short or empty;
 // scalars count as one row), and module->parameters() are those shards from then on: build
-// the optimizer on them. Wrap inner units first (each block), then the root. Construction is
-// collective, as the module must be the same on every rank (InvalidArgument otherwise,
-// naming the first parameter that differs, on every rank); rank 0's values win: every
-// rank's shard is cut from rank 0's parameters.
+// the optimizer on them (one built before fully_shard holds the same tensors, so it works too
+// if it has not stepped yet: check_optimizer). Wrap inner units first (each block), then the
+// root. Construction is collective: every rank must wrap the same modules in the same order
+// (see Errors); rank 0's values win: every rank's shard is cut from rank 0's parameters.
 //
 // Forward. LibTorch modules have no forward hooks, so a unit runs only through its handle:
 // handle(args...) (or ->forward) gathers the unit's parameters (one all_gather of all of
@@ -57,9 +57,33 @@
 // put values back (the latter from shards cut for any world size: each rank keeps the rows
 // it owns).
 //
-// Errors: a unit whose parameters were replaced or resized outside it between steps (e.g.
-// set_data, or a module re-registered): Error naming the parameter, from that unit's next
-// forward. Ranks must call the same units in the same order (as the same collectives).
+// Errors. Before each wrap and before each unit's forward and backward (gather), the ranks
+// of its group compare what they are about to do in one small all_gather (about 15 us per
+// unit and pass on a 2-rank shm group): which unit, forward or backward, the root's call
+// number, and the shapes and dtypes of the forward's Tensor arguments. So that
+//  - ranks that wrap different modules, or the same in another order, or models that differ
+//    (a parameter's name or shape), raise DesyncError on every rank from the fully_shard call
+//    where the wrapping parts, naming both sides: "the ranks' wrapping is out of step ...:
+//    rank 0 wraps a Linear with parameters 'weight' [7, 7], 'bias' [7] where rank 1 wraps a
+//    Net with the units 'block0', 'block2' inside (in wrap order) and parameters ...";
+//  - ranks that call different units, in another order, skip a unit, run forward where
+//    another runs backward, or pass inputs of other shapes, raise DesyncError on every rank
+//    from that forward or backward: "the ranks are out of step ...: rank 0 runs unit 'block1'
+//    forward with input [4, 7] where rank 1 runs unit 'block2' forward with input [4, 7]"
+//    (units are named by their path in the outermost unit around them; rank 0 and the first
+//    rank that differs are named);
+//  - a parameter replaced or resized outside fully_shard between steps (set_data with any
+//    other tensor, even of the shard's shape; changes in place, as optimizers make, are
+//    fine) raises InvalidArgument on every rank from that unit's next forward, naming the
+//    parameter by path ("parameter 'block2.weight' was replaced or resized ...") and, on the
+//    other ranks, the rank that changed it.
+// Limits: a rank that calls more units (or steps) than the others, where the others call no
+// more collectives on the group, waits out the group's timeout (TimeoutError), as for any
+// collective a rank skips; a difference the header does not see (the values of the inputs,
+// the shapes of non-Tensor or nested arguments, modules called outside their handles) goes
+// unnoticed. After such an error the model is left mid-step: rebuild it (and the group, after
+// a TimeoutError). check_optimizer (below) finds an optimizer that holds tensors which are
+// not the shards, or state from steps taken before wrapping.
 //
 // Thread-safety: one thread at a time per model (forward; backward may run on any thread).
 // The handles must outlive the backward passes of their forwards.
