@@ -58,9 +58,9 @@
 // it owns).
 //
 // Errors. Before each wrap and before each unit's forward and backward (gather), the ranks
-// of its group compare what they are about to do in one small all_gather (about 15 us per
-// unit and pass on a 2-rank shm group): which unit, forward or backward, the root's call
-// number, and the shapes and dtypes of the forward's Tensor arguments. So that
+// of its group compare what they are about to do in one small all_gather (128 bytes per
+// rank, once per unit and pass: tens of microseconds): which unit, forward or backward, the
+// root's call number, and the shapes and dtypes of the forward's Tensor arguments. So that
 //  - ranks that wrap different modules, or the same in another order, or models that differ
 //    (a parameter's name or shape), raise DesyncError on every rank from the fully_shard call
 //    where the wrapping parts, naming both sides: "the ranks' wrapping is out of step ...:
