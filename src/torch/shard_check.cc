@@ -222,7 +222,8 @@ void throw_desync(ProcessGroup& group, const std::vector<Header>& all, int r, co
     const std::vector<std::string> texts = all_gather_bytes(group, describe_wrap(*wrap));
     TDIST_THROW(DesyncError,
                 "fully_shard: the ranks' wrapping is out of step (every rank must call "
-                "fully_shard on the same modules, in the same order): rank 0 wraps ",
+                "fully_shard on the same modules of the same model, in the same order): rank 0 "
+                "wraps ",
                 texts[0], " where rank ", r, " wraps ", texts[static_cast<size_t>(r)]);
   }
   const bool runs =

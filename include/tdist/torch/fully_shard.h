@@ -80,10 +80,12 @@
 // Limits: a rank that calls more units (or steps) than the others, where the others call no
 // more collectives on the group, waits out the group's timeout (TimeoutError), as for any
 // collective a rank skips; a difference the header does not see (the values of the inputs,
-// the shapes of non-Tensor or nested arguments, modules called outside their handles) goes
-// unnoticed. After such an error the model is left mid-step: rebuild it (and the group, after
-// a TimeoutError). check_optimizer (below) finds an optimizer that holds tensors which are
-// not the shards, or state from steps taken before wrapping.
+// Tensors inside arguments other than Tensor, std::vector, std::tuple and std::pair, modules
+// called outside their handles) goes unnoticed; every input's shape and dtype is compared
+// (hashed), the message shows the first two inputs' first dims. After such an error the
+// model is left mid-step: rebuild it (and the group, after a TimeoutError). check_optimizer
+// (below) finds an optimizer that holds tensors which are not the shards, or state from steps
+// taken before wrapping.
 //
 // Thread-safety: one thread at a time per model (forward; backward may run on any thread).
 // The handles must outlive the backward passes of their forwards.
