@@ -36,8 +36,8 @@ struct WrapInfo {
   std::vector<std::pair<int64_t, std::string>> inner;  // (id, path), in wrap order
 };
 
-// What a rank runs: unit `unit` as part of root `root`'s call number `call`; `touched` is
-// 1 + the index of a parameter of the unit changed outside fully_shard (0: none).
+// What a rank runs: unit `unit` as part of root `root`'s call number `call`; `touched`
+// (not compared) tells of a parameter of the unit changed outside fully_shard (0: none).
 struct RunInfo {
   Phase phase = Phase::kForward;
   int64_t unit = 0, root = 0, call = 0, touched = 0;

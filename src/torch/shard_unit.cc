@@ -202,13 +202,28 @@ std::string ShardUnit::param_path(size_t index) const {
 int64_t ShardUnit::first_touched() const {
   for (size_t i = 0; i < params_.size(); ++i) {
     const ShardParam& p = params_[i];
-    if (p.is_sharded() && !p.holds_shard()) return static_cast<int64_t>(i) + 1;
+    if (!p.is_sharded()) continue;
+    if (!p.holds_shard()) return static_cast<int64_t>(i) + 1;
+    const ::torch::Tensor& grad = p.param().grad();
+    if (grad.defined() && grad.sizes() != p.shard().sizes()) return -static_cast<int64_t>(i) - 1;
   }
   return 0;
 }
 
-void ShardUnit::throw_touched(int rank, size_t index) const {
+void ShardUnit::throw_touched(int rank, int64_t touched) const {
+  const bool by_grad = touched < 0;
+  const auto index = static_cast<size_t>((by_grad ? -touched : touched) - 1);
   const ShardParam& p = params_[index];
+  if (by_grad) {  // a gradient from before wrapping (an optimizer built on the whole ones?)
+    TDIST_CHECK(rank != group_->rank(), InvalidArgument, "fully_shard: parameter '",
+                param_path(index), "' has a gradient of shape ", p.param().grad().sizes(),
+                " but its shard is ", p.shard().sizes(),
+                " (a gradient of the whole parameter, from a backward before fully_shard, or set "
+                "outside it): zero the gradients (optimizer.zero_grad()) after wrapping");
+    TDIST_THROW(InvalidArgument, "fully_shard: parameter '", param_path(index), "' of rank ", rank,
+                " has a gradient that is not shaped as its shard (rank ", rank,
+                "'s error says how)");
+  }
   const char* const advice =
       "; change sharded parameters in place only (as optimizers do), or use load_full_state_dict";
   if (rank == group_->rank()) {
@@ -227,7 +242,7 @@ void ShardUnit::check_run(shard_check::Phase phase, const ShardUnit& root, int64
                           const std::vector<::torch::Tensor>* inputs) const {
   const int64_t touched = phase == shard_check::Phase::kForward ? first_touched() : 0;
   if (group_->size() == 1) {
-    if (touched != 0) throw_touched(0, static_cast<size_t>(touched - 1));
+    if (touched != 0) throw_touched(0, touched);
     return;
   }
   shard_check::RunInfo info;
@@ -242,9 +257,9 @@ void ShardUnit::check_run(shard_check::Phase phase, const ShardUnit& root, int64
   if (const int r = shard_check::first_difference(all); r >= 0) {
     shard_check::throw_desync(*group_, all, r, namer(), nullptr);
   }
-  if (touched != 0) throw_touched(group_->rank(), static_cast<size_t>(touched - 1));
+  if (touched != 0) throw_touched(group_->rank(), touched);
   for (size_t r = 0; r < all.size(); ++r) {  // another rank's
-    if (all[r][4] != 0) throw_touched(static_cast<int>(r), static_cast<size_t>(all[r][4] - 1));
+    if (all[r][4] != 0) throw_touched(static_cast<int>(r), all[r][4]);
   }
 }
 

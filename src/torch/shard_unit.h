@@ -86,9 +86,10 @@ class ShardUnit : public std::enable_shared_from_this<ShardUnit> {
   void check_wrap(const std::vector<NamedTensor>& own);
   void check_run(shard_check::Phase phase, const ShardUnit& root, int64_t call,
                  const std::vector<::torch::Tensor>* inputs) const;
-  // 1 + the index of the first parameter replaced or resized outside fully_shard, or 0.
+  // 1 + the index of the first parameter replaced or resized outside fully_shard, or minus
+  // that for one whose .grad() is not shaped as its shard; 0: none.
   int64_t first_touched() const;
-  [[noreturn]] void throw_touched(int rank, size_t index) const;
+  [[noreturn]] void throw_touched(int rank, int64_t touched) const;
   std::string label() const;                   // "unit 'blocks.2'", "the unit of Net"
   std::string param_path(size_t index) const;  // "blocks.2.weight"
   shard_check::UnitName namer() const;         // labels of this group's units by id

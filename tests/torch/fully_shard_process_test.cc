@@ -19,7 +19,7 @@ namespace tdist::torch::fully_shard_process_test {
 namespace {
 
 const char* const kDesync = "different_wrap,wrap_order,forward_order,different_shapes,skipped_unit";
-const char* const kMisuse = "param_replaced,optimizer_unsharded";
+const char* const kMisuse = "param_replaced,optimizer_unsharded,grads_before_wrap";
 
 // (world, backend, scenarios)
 class FullyShardProcessTest

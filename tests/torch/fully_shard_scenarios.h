@@ -41,9 +41,9 @@ struct Net : ::torch::nn::Module {
 };
 
 inline const std::vector<std::string>& names() {
-  static const std::vector<std::string> all{"different_wrap",     "wrap_order",   "forward_order",
-                                            "different_shapes",   "skipped_unit", "param_replaced",
-                                            "optimizer_unsharded"};
+  static const std::vector<std::string> all{
+      "different_wrap", "wrap_order",     "forward_order",       "different_shapes",
+      "skipped_unit",   "param_replaced", "optimizer_unsharded", "grads_before_wrap"};
   return all;
 }
 
@@ -92,6 +92,12 @@ inline void run(const std::string& name, const std::shared_ptr<ProcessGroup>& gr
     opt.step();
     auto model = wrap(net, group, {0, 1, 2});
     model->check_optimizer(opt);
+    return;
+  }
+  if (name == "grads_before_wrap") {  // whole gradients left from before wrapping
+    net->forward(::torch::ones({4, 6})).sum().backward();
+    auto model = wrap(net, group, {0, 1, 2});
+    (*model)(::torch::ones({4, 6}));
     return;
   }
   auto model = wrap(net, group, {0, 1, 2});
@@ -152,6 +158,11 @@ inline Expected expected(const std::string& name, int rank) {
   if (name == "param_replaced") {
     if (rank == 1) return {"InvalidArgument", {"parameter 'block2.weight' was replaced"}};
     return {"InvalidArgument", {"parameter 'block2.weight' of rank 1 was replaced"}};
+  }
+  if (name == "grads_before_wrap") {
+    return {"InvalidArgument",
+            {"parameter 'head.weight' has a gradient of shape [3, 7] but its shard is",
+             "zero the gradients"}};
   }
   // optimizer_unsharded
   return {"InvalidArgument",

@@ -76,7 +76,8 @@
 //    other tensor, even of the shard's shape; changes in place, as optimizers make, are
 //    fine) raises InvalidArgument on every rank from that unit's next forward, naming the
 //    parameter by path ("parameter 'block2.weight' was replaced or resized ...") and, on the
-//    other ranks, the rank that changed it.
+//    other ranks, the rank that changed it; so does a shard whose .grad() is not shaped as
+//    the shard (a whole gradient left from a backward before wrapping: zero_grad after it).
 // Limits: a rank that calls more units (or steps) than the others, where the others call no
 // more collectives on the group, waits out the group's timeout (TimeoutError), as for any
 // collective a rank skips; a difference the header does not see (the values of the inputs,
