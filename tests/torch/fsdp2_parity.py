@@ -6,10 +6,11 @@ over gloo on the CPU, once per SPEC (WORLD-DTYPE-OPTIM, e.g. 2-f32-sgd; DTYPE f3
 OPTIM sgd or adam), and writes rank 0's losses and the final full parameters of each to
 OUT_DIR/SPEC.txt.
 
-    python3 fsdp2_parity.py OUT_DIR SPEC...
+    python3 fsdp2_parity.py [--require-torch MAJOR.MINOR] OUT_DIR SPEC...
 
 Each job's ranks are forked from this process (torch is imported once, for all jobs) and
-meet in a FileStore. Needs torch >= 2.4 (FSDP2).
+meet in a FileStore. Needs torch >= 2.4 (FSDP2); exits 77 (skip) without it, and with
+--require-torch where torch is another version (parity needs the same kernels on both sides).
 """
 
 import math
@@ -18,10 +19,14 @@ import os
 import sys
 import tempfile
 
-import torch
-import torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+try:
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+except ImportError as e:
+    print(f"fsdp2_parity: {sys.executable} has no torch with FSDP2 ({e})", file=sys.stderr)
+    sys.exit(77)
 
 WIDTH, OUT, BLOCKS, GLOBAL_BATCH, STEPS = 37, 5, 3, 12, 20
 
@@ -123,11 +128,18 @@ def run_job(world, dtype, optim, out_path):
 
 
 def main():
-    if len(sys.argv) < 3:
+    args = sys.argv[1:]
+    if len(args) >= 2 and args[0] == "--require-torch":
+        version = ".".join(torch.__version__.split(".")[:2])
+        if version != args[1]:
+            print(f"fsdp2_parity: torch {torch.__version__} is not {args[1]}", file=sys.stderr)
+            return 77
+        args = args[2:]
+    if len(args) < 2:
         print(__doc__, file=sys.stderr)
         return 2
-    out_dir, jobs = sys.argv[1], []
-    for spec in sys.argv[2:]:
+    out_dir, jobs = args[0], []
+    for spec in args[1:]:
         parts = spec.split("-")
         if len(parts) != 3 or not parts[0].isdigit() or parts[1] not in ("f32", "bf16") or parts[2] not in ("sgd", "adam"):
             print(f"fsdp2_parity: bad SPEC {spec!r}\n{__doc__}", file=sys.stderr)

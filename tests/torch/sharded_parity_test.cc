@@ -9,8 +9,9 @@
 // apart). Skipped where python3 has no FSDP2 (torch < 2.4).
 //
 // The Python runs, one per world size and dtype, are made once for the suite, in one
-// python3 process (torch is imported once) at the first test that needs them.
+// python3 process (torch is imported once), before the first test.
 #include <gtest/gtest.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <cmath>
@@ -108,35 +109,33 @@ Diff compare(const Result& a, const Result& b) {
 
 class ShardedParityTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    std::string out;
-    has_fsdp2_ = run_command(limited(60,
-                                     "python3 -c 'from torch.distributed.fsdp import "
-                                     "fully_shard, MixedPrecisionPolicy'"),
-                             &out) == 0;
-    dir_ = std::make_unique<TempDir>("sharded_parity");
-  }
+  static void SetUpTestSuite() { dir_ = std::make_unique<TempDir>("sharded_parity"); }
   static void TearDownTestSuite() { dir_.reset(); }
 
+  // The first test runs fsdp2_parity.py for every spec the suite compares with, in one
+  // python3 process; it exits 77 where python3 has no torch with FSDP2 or its torch is not
+  // the LibTorch version this build uses (other kernels round differently), 127 where there
+  // is no python3.
   void SetUp() override {
-    if (!has_fsdp2_) {
-      GTEST_SKIP() << "python3 has no FSDP2 (torch.distributed.fsdp.fully_shard, torch >= 2.4): "
-                      "the PyTorch side of the parity check cannot run";
+    if (python_rc_ == kNotRun) {
+      const std::string version =
+          std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR);
+      python_rc_ =
+          run_command(limited(120, "python3 " + std::string(TDIST_TEST_SOURCE_DIR) +
+                                       "/fsdp2_parity.py --require-torch " + version + " " +
+                                       dir_->path() + " 2-f32-sgd 3-f32-sgd 2-bf16-sgd 3-bf16-sgd"),
+                      &python_out_);
     }
+    if (python_rc_ == 77 || python_rc_ == 127) {
+      GTEST_SKIP() << "needs a python3 with PyTorch's FSDP2 (torch >= 2.4) of this build's "
+                      "LibTorch version for the PyTorch side of the parity check: "
+                   << python_out_;
+    }
+    ASSERT_EQ(python_rc_, 0) << "fsdp2_parity.py failed:\n" << python_out_;
   }
 
-  // FSDP2 over gloo's result for `spec` (WORLD-DTYPE-sgd); every spec is made at the first
-  // call, in one python3 process.
+  // FSDP2 over gloo's result for `spec` (WORLD-DTYPE-sgd).
   static const Result& fsdp2(const std::string& spec) {
-    if (!python_done_) {
-      python_done_ = true;
-      std::string out;
-      const int rc = run_command(
-          limited(120, "python3 " + std::string(TDIST_TEST_SOURCE_DIR) + "/fsdp2_parity.py " +
-                           dir_->path() + " 2-f32-sgd 3-f32-sgd 2-bf16-sgd 3-bf16-sgd"),
-          &out);
-      EXPECT_EQ(rc, 0) << "fsdp2_parity.py failed:\n" << out;
-    }
     auto [it, added] = python_.try_emplace(spec);
     if (added) {
       EXPECT_TRUE(parse(dir_->file(spec + ".txt"), &it->second)) << "no FSDP2 result " << spec;
@@ -169,14 +168,15 @@ class ShardedParityTest : public ::testing::Test {
     EXPECT_TRUE(d.identical) << "loss rel " << d.loss_rel << ", param rel " << d.param_rel;
   }
 
-  static bool has_fsdp2_;
-  static bool python_done_;
+  static constexpr int kNotRun = -2;
+  static int python_rc_;
+  static std::string python_out_;
   static std::unique_ptr<TempDir> dir_;
   static std::map<std::string, Result> python_;
 };
 
-bool ShardedParityTest::has_fsdp2_ = false;
-bool ShardedParityTest::python_done_ = false;
+int ShardedParityTest::python_rc_ = kNotRun;
+std::string ShardedParityTest::python_out_;
 std::unique_ptr<TempDir> ShardedParityTest::dir_;
 std::map<std::string, Result> ShardedParityTest::python_;
 
