@@ -24,6 +24,10 @@ python3 -c 'from torch.distributed.fsdp import fully_shard' 2>/dev/null || {
   exit 1
 }
 export OMP_NUM_THREADS=1 PYTHONWARNINGS=ignore
+# Bit-identity needs the same kernels on both sides: the build's LibTorch of the python3's
+# torch version (build-torch2, not build/ with Debian's LibTorch 1.13).
+echo "parity: python3 torch $(python3 -c 'import torch; print(torch.__version__)'), $build's" \
+  "LibTorch: $(grep -m1 '^Torch_DIR' "$build/CMakeCache.txt" | cut -d= -f2)"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 

@@ -168,6 +168,15 @@ class ShardedParityTest : public ::testing::Test {
     EXPECT_TRUE(d.identical) << "loss rel " << d.loss_rel << ", param rel " << d.param_rel;
   }
 
+  // DDP against FSDP2 (f32): within 1e-6 relative (measured: identical at world 2; at world 3
+  // the losses 7.6e-8, the parameters 2.5e-7 apart).
+  static void expect_close(int world) {
+    const Diff d =
+        compare(tdist_run("ddp", "f32", world, "shm"), fsdp2(std::to_string(world) + "-f32-sgd"));
+    EXPECT_LE(d.loss_rel, 1e-6);
+    EXPECT_LE(d.param_rel, 1e-6);
+  }
+
   static constexpr int kNotRun = -2;
   static int python_rc_;
   static std::string python_out_;
@@ -190,16 +199,8 @@ TEST_F(ShardedParityTest, FullyShardBf16World2Tcp) { expect_identical("bf16", 2,
 TEST_F(ShardedParityTest, FullyShardBf16World2Shm) { expect_identical("bf16", 2, "shm"); }
 TEST_F(ShardedParityTest, FullyShardBf16World3Auto) { expect_identical("bf16", 3, "auto"); }
 
-// DDP against FSDP2 (f32): within 1e-6 relative.
-TEST_F(ShardedParityTest, DdpF32World2And3) {
-  for (int world : {2, 3}) {
-    SCOPED_TRACE("world " + std::to_string(world));
-    const Diff d =
-        compare(tdist_run("ddp", "f32", world, "shm"), fsdp2(std::to_string(world) + "-f32-sgd"));
-    EXPECT_LE(d.loss_rel, 1e-6);
-    EXPECT_LE(d.param_rel, 1e-6);
-  }
-}
+TEST_F(ShardedParityTest, DdpF32World2Shm) { expect_close(2); }
+TEST_F(ShardedParityTest, DdpF32World3Shm) { expect_close(3); }
 
 }  // namespace
 }  // namespace tdist::torch::sharded_parity_test
