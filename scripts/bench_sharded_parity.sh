@@ -70,7 +70,8 @@ def rel(a, b, elementwise):
         return max(abs(x - y) / abs(y) for x, y in zip(a, b))
     return max(abs(x - y) for x, y in zip(a, b)) / max(abs(y) for y in b)
 d = sys.argv[1]
-print("\n| parity, 20 steps, vs FSDP2 over gloo | max rel. loss diff | max rel. param diff | bit-identical |")
+print("\n| parity, 20 steps, vs FSDP2 over gloo | max rel. loss diff | max rel. param diff"
+      " | bit-identical |")
 print("|---|---:|---:|:---:|")
 for case in sys.argv[2:]:
     mode, dtype, world, backend, optim = case.split()

@@ -60,7 +60,8 @@ def init_parameters(net):
 def batch(step, rank, world):
     local = GLOBAL_BATCH // world
     first = step * GLOBAL_BATCH + rank * local
-    x = formula([local, WIDTH], lambda i: math.sin(0.71 * (first + i // WIDTH) + 0.13 * (i % WIDTH)))
+    x = formula([local, WIDTH],
+                lambda i: math.sin(0.71 * (first + i // WIDTH) + 0.13 * (i % WIDTH)))
     y = formula([local, OUT], lambda i: 0.5 * math.cos(0.29 * (first + i // OUT) + 0.5 * (i % OUT)))
     return x, y
 
@@ -79,7 +80,8 @@ def train(rank, world, dtype, optim, out_path, store_path):
     init_parameters(net)
     kwargs = {"mesh": mesh}
     if dtype == "bf16":
-        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                                   reduce_dtype=torch.float32)
     for i in range(BLOCKS):
         fully_shard(getattr(net, f"block{i}"), **kwargs)
     fully_shard(net, **kwargs)
@@ -119,7 +121,8 @@ def run_job(world, dtype, optim, out_path):
     with tempfile.TemporaryDirectory(prefix="fsdp2_parity_") as tmp:
         store = os.path.join(tmp, "store")
         ctx = multiprocessing.get_context("fork")
-        procs = [ctx.Process(target=child, args=(r, world, dtype, optim, out_path, store)) for r in range(world)]
+        procs = [ctx.Process(target=child, args=(r, world, dtype, optim, out_path, store))
+                 for r in range(world)]
         for p in procs:
             p.start()
         for p in procs:
@@ -141,7 +144,8 @@ def main():
     out_dir, jobs = args[0], []
     for spec in args[1:]:
         parts = spec.split("-")
-        if len(parts) != 3 or not parts[0].isdigit() or parts[1] not in ("f32", "bf16") or parts[2] not in ("sgd", "adam"):
+        if (len(parts) != 3 or not parts[0].isdigit() or parts[1] not in ("f32", "bf16")
+                or parts[2] not in ("sgd", "adam")):
             print(f"fsdp2_parity: bad SPEC {spec!r}\n{__doc__}", file=sys.stderr)
             return 2
         jobs.append((int(parts[0]), parts[1], parts[2], os.path.join(out_dir, spec + ".txt")))
