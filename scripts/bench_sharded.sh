@@ -7,16 +7,26 @@
 #     ratios the issue names (C++ fully_shard / FSDP2-gloo, FSDP2-tdist / FSDP2-gloo);
 #   memory: 8 blocks of Linear(4096, 4096) (134M parameters), Adam, batch 8, 3 steps, at
 #     world 2 and 4: the peak RSS per rank (the largest over the ranks) of fully_shard and
-#     of DDP, and their ratio.
+#     of DDP, and their ratio;
+#   parity: the model of tests/torch/sharded_parity_worker.cc trained 20 steps by tdist's
+#     fully_shard (f32; bf16 params with f32 reduce) and DDP (f32) in C++, and by PyTorch's
+#     FSDP2 over gloo (tests/torch/fsdp2_parity.py): per case the largest relative
+#     difference of the losses and of the final parameters, and whether all bits match
+#     (scripts/bench_sharded_parity.sh; needs only torch_sharded_parity_worker, and a
+#     python3 with FSDP2).
 # Needs: a build with train_sharded and tdistrun (LibTorch found), and the tdist Python
 # package installed for python3 (pip install .) for the FSDP2 rows.
 # Usage: bash scripts/bench_sharded.sh [BUILD_DIR] [R]   (defaults: build 3)
+#        bash scripts/bench_sharded.sh BUILD_DIR parity   (the parity section only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=$(realpath "${1:-build}")
 rounds=${2:-3}
+if [[ $rounds == parity ]]; then
+  exec bash scripts/bench_sharded_parity.sh "$build"
+fi
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || {
-  echo "usage: bash scripts/bench_sharded.sh [BUILD_DIR] [R]" >&2
+  echo "usage: bash scripts/bench_sharded.sh [BUILD_DIR] [R|parity]" >&2
   exit 2
 }
 for bin in "$build/examples/train_sharded" "$build/tools/tdistrun"; do
@@ -82,3 +92,10 @@ for world in (2, 4):
     if f and d:
         print(f"| world {world} | {f[2]:.0f} | {d[2]:.0f} | {f[2] / d[2]:.2f} |")
 PY
+
+echo
+if [[ -x $build/tests/torch/torch_sharded_parity_worker ]]; then
+  bash scripts/bench_sharded_parity.sh "$build"
+else
+  echo "parity: skipped ($build/tests/torch/torch_sharded_parity_worker is not built)"
+fi
