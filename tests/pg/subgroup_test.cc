@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <exception>
 #include <memory>
 #include <string>
 #include <thread>
@@ -223,10 +224,20 @@ TEST(SubGroupTest, SplitAndParentRunDifferentCollectivesAtOnceEachCheckedOnItsOw
         EXPECT_EQ(v[16], round) << "rank " << rank;
       }
     });
-    for (int round = 0; round < kRounds; ++round) sum_round(pg, round, "world");
+    std::exception_ptr failed;
+    try {
+      for (int round = 0; round < kRounds; ++round) sum_round(pg, round, "world");
+    } catch (...) {
+      failed = std::current_exception();
+    }
     on_half.join();
+    if (failed) std::rethrow_exception(failed);
 
-    // And a split whose ranks disagree fails with a DesyncError naming both calls.
+    // And a split whose ranks disagree fails with a DesyncError naming both calls. A desync
+    // fails the whole Engine, the world's context too (context_comm.h): every rank first
+    // finishes its world rounds (told through the store, not the world's collectives).
+    pg.store()->set("rounds_done/" + std::to_string(rank), "1");
+    pg.store()->wait({"rounds_done/0", "rounds_done/1", "rounds_done/2", "rounds_done/3"});
     int32_t x[8] = {};
     WorkPtr work = half->rank() == 0 ? half->all_reduce(x, 8, DType::kI32)
                                      : half->broadcast(x, 8, DType::kI32, /*root=*/0);
