@@ -5,9 +5,11 @@
 #     --ddp), and PyTorch's FSDP2 over gloo and over tdist (benchmarks/python/fsdp2_bench.py),
 #     interleaved R rounds; the table gives the median step and samples/s of each, and the
 #     ratios the issue names (C++ fully_shard / FSDP2-gloo, FSDP2-tdist / FSDP2-gloo);
-#   memory: 8 blocks of Linear(4096, 4096) (134M parameters), Adam, batch 8, 3 steps, at
-#     world 2 and 4: the peak RSS per rank (the largest over the ranks) of fully_shard and
-#     of DDP, and their ratio;
+#   memory: 8 and 16 blocks of Linear(4096, 4096) (134M and 268M parameters), Adam, batch
+#     8, 3 steps, at world 2 and 4: the peak RSS per rank (the largest over the ranks) of
+#     tdist's fully_shard and DDP in C++, their ratio, and the ratio of the peaks above each
+#     process's resident memory before the model was made; for 134M also PyTorch's FSDP2
+#     and DDP over gloo (fsdp2_bench.py --ddp) and their ratio, the peer's figure;
 #   parity: the model of tests/torch/sharded_parity_worker.cc trained 20 steps by tdist's
 #     fully_shard (f32; bf16 params with f32 reduce) and DDP (f32) in C++, and by PyTorch's
 #     FSDP2 over gloo (tests/torch/fsdp2_parity.py): per case the largest relative
@@ -52,7 +54,7 @@ cxx() {
 }
 
 speed=(--width 2048 --depth 8 --batch-size 32 --steps 11)
-memory=(--width 4096 --depth 8 --batch-size 8 --steps 3)
+memory=(--width 4096 --batch-size 8 --steps 3)
 for ((r = 1; r <= rounds; r++)); do
   echo "== round $r/$rounds"
   cxx speed-cxx-fully_shard 2 "${speed[@]}"
@@ -62,35 +64,54 @@ for ((r = 1; r <= rounds; r++)); do
       sed "s/^fsdp2-$b/speed-fsdp2-$b/" | tee -a "$log"
   done
 done
-for world in 2 4; do
-  cxx "memory-fully_shard" "$world" "${memory[@]}"
-  cxx "memory-ddp" "$world" "${memory[@]}" --ddp
+for depth in 8 16; do
+  for world in 2 4; do
+    cxx "memory$depth-cxx-fully_shard" "$world" "${memory[@]}" --depth "$depth"
+    cxx "memory$depth-cxx-ddp" "$world" "${memory[@]}" --depth "$depth" --ddp
+    if ((depth == 8)); then  # PyTorch's DDP at 268M and world 4 would not fit in 24 GiB
+      for kind in fsdp2 ddp; do
+        python3 benchmarks/python/fsdp2_bench.py gloo --width 4096 --depth "$depth" --batch 8 \
+          --world "$world" --steps 2 $([[ $kind == ddp ]] && echo --ddp) 2>/dev/null |
+          sed "s/^$kind-gloo/memory$depth-py-$kind/" | tee -a "$log"
+      done
+    fi
+  done
 done
 
 python3 - "$log" <<'PY'
 import re, statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
-    m = re.match(r"(\S+) world=(\d+) .*step_ms=([\d.]+) samples_per_s=([\d.]+) peak_rss_mib=([\d.]+)", line)
+    m = re.match(r"(\S+) world=(\d+) .*step_ms=([\d.]+) samples_per_s=([\d.]+) "
+                 r"peak_rss_mib=([\d.]+)(?: peak_above_baseline_mib=([\d.]+))?", line)
     if m:
-        rows.setdefault((m[1], int(m[2])), []).append(tuple(map(float, m.group(3, 4, 5))))
-med = {k: [statistics.median(x[i] for x in v) for i in range(3)] for k, v in rows.items()}
+        rows.setdefault((m[1], int(m[2])), []).append(tuple(float(v or "nan") for v in m.group(3, 4, 5, 6)))
+med = {k: [statistics.median(x[i] for x in v) for i in range(4)] for k, v in rows.items()}
 print("\n| speed, world 2 (34M parameters, Adam) | step ms | samples/s | peak RSS MiB |")
 print("|---|---:|---:|---:|")
 for name in ("speed-cxx-fully_shard", "speed-cxx-ddp", "speed-fsdp2-gloo", "speed-fsdp2-tdist"):
     if (name, 2) in med:
-        s, t, m = med[(name, 2)]
+        s, t, m, _ = med[(name, 2)]
         print(f"| {name[6:]} | {s:.0f} | {t:.1f} | {m:.0f} |")
 def ratio(a, b):
     return med[(a, 2)][1] / med[(b, 2)][1] if (a, 2) in med and (b, 2) in med else float("nan")
 print(f"\nC++ fully_shard / FSDP2 over gloo: {ratio('speed-cxx-fully_shard', 'speed-fsdp2-gloo'):.2f}x samples/s")
 print(f"FSDP2 over tdist / over gloo: {ratio('speed-fsdp2-tdist', 'speed-fsdp2-gloo'):.2f}x samples/s")
-print("\n| memory (134M parameters, Adam) | fully_shard peak RSS MiB | DDP | ratio |")
-print("|---|---:|---:|---:|")
-for world in (2, 4):
-    f, d = med.get(("memory-fully_shard", world)), med.get(("memory-ddp", world))
-    if f and d:
-        print(f"| world {world} | {f[2]:.0f} | {d[2]:.0f} | {f[2] / d[2]:.2f} |")
+print("\nmemory: peak RSS MiB per rank (the largest over the ranks), Adam, batch 8; 'net': "
+      "the peaks above the resident memory before the model was made")
+print("| model | world | tdist fully_shard | tdist DDP | ratio | net ratio "
+      "| FSDP2 (gloo) | PyTorch DDP | ratio | net ratio |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+def pair(a, b):
+    if a is None or b is None:
+        return ["", "", "", ""]
+    return [f"{a[2]:.0f}", f"{b[2]:.0f}", f"{a[2] / b[2]:.2f}", f"{a[3] / b[3]:.2f}"]
+for depth, size in ((8, "134M"), (16, "268M")):
+    for world in (2, 4):
+        key = lambda kind: med.get((f"memory{depth}-{kind}", world))
+        cells = pair(key("cxx-fully_shard"), key("cxx-ddp")) + pair(key("py-fsdp2"), key("py-ddp"))
+        if any(cells):
+            print(f"| {size} | {world} | " + " | ".join(cells) + " |")
 PY
 
 echo

@@ -1,27 +1,32 @@
-"""PyTorch FSDP2 training on CPU, world 2: the time of one step over gloo or tdist.
+"""PyTorch FSDP2 (or DDP) training on CPU: the time of one step and the peak memory.
 
-The model is DEPTH blocks of Linear(WIDTH, WIDTH)+ReLU (about 34M parameters, 134 MB in
-fp32), each block fully_shard-ed, then the root, over init_device_mesh("cpu", (2,)); Adam;
-a batch of BATCH random samples per rank. Per step FSDP2 all-gathers each block's
-parameters in forward and again in backward (dist.all_gather_single: 8.4 MB in, 16.8 MB
-out per block, in place: the input is the rank's slice of a freshly allocated output)
-and reduce-scatters each block's gradients (dist.reduce_scatter_single, op AVG: 16.8 MB
-in, 8.4 MB out); on CPU both calls are synchronous (async_op=False).
+The model is DEPTH blocks of Linear(WIDTH, WIDTH)+ReLU, each block fully_shard-ed, then
+the root, over init_device_mesh("cpu", (WORLD,)); Adam; a batch of BATCH random samples per
+rank. By default (the speed yardstick) 8 blocks of 2048 (34M parameters), batch 32, world 2.
+Per step FSDP2 all-gathers each block's parameters in forward and again in backward
+(dist.all_gather_single: 8.4 MB in, 16.8 MB out per block at world 2, in place: the input
+is the rank's slice of a freshly allocated output) and reduce-scatters each block's
+gradients (dist.reduce_scatter_single, op AVG: 16.8 MB in, 8.4 MB out); on CPU both calls
+are synchronous (async_op=False). With --ddp the same model is trained by PyTorch's
+DistributedDataParallel instead (whole parameters, gradients and Adam state on each rank).
 
-usage: python3 fsdp2_bench.py BACKEND [comm]   (BACKEND: gloo or tdist)
-Prints one line: fsdp2-BACKEND world=2 params=P step_ms=T samples_per_s=S peak_rss_mib=M
-(T the median of STEPS steps after WARMUP, each step from a barrier; S = 2 * BATCH / T;
-M the larger of the two ranks' peak resident memory). With `comm`, also one line per
-collective kind and size: how many calls per step and their median time, as seen by
-rank 0 around the torch.distributed call (the time includes waiting for the other rank).
+usage: python3 fsdp2_bench.py BACKEND [comm] [--width N] [--depth N] [--batch N]
+                              [--world N] [--steps N] [--ddp]      (BACKEND: gloo or tdist)
+Prints one line: fsdp2-BACKEND (ddp-BACKEND with --ddp) world=W params=P step_ms=T
+samples_per_s=S peak_rss_mib=M peak_above_baseline_mib=N (T the median of the steps after
+the warm-up, each step from a barrier; S = WORLD * BATCH / T; M the largest of the ranks'
+peak resident memory, N of its peak less the resident memory before the model was made).
+With `comm`, also one line per collective kind and size: how many calls per step and their
+median time, as seen by rank 0 around the torch.distributed call (the time includes waiting
+for the other ranks).
 """
 
+import argparse
 import collections
 import os
 import resource
 import socket
 import statistics
-import sys
 import time
 
 import torch
@@ -29,9 +34,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
 
-WIDTH, DEPTH, BATCH = 2048, 8, 32
-WARMUP, STEPS = 3, 10
-WORLD = 2
+WARMUP = 3
 
 
 def timed(fn, name, log):
@@ -45,35 +48,50 @@ def timed(fn, name, log):
     return call
 
 
-def run(rank, backend, port, comm):
+def rss_mib():
+    """This process's resident memory now, in MiB."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def run(rank, args, port):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     torch.set_num_threads(1)
-    if backend == "tdist":
+    if args.backend == "tdist":
         import tdist  # noqa: F401
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group(backend, rank=rank, world_size=WORLD)
+    dist.init_process_group(args.backend, rank=rank, world_size=args.world)
     log = []
-    if comm:
+    if args.comm:
         dist.all_gather_single = timed(dist.all_gather_single, "all_gather_single", log)
         dist.reduce_scatter_single = timed(dist.reduce_scatter_single,
                                            "reduce_scatter_single", log)
-    mesh = init_device_mesh("cpu", (WORLD,))
+    mesh = init_device_mesh("cpu", (args.world,))
+    baseline = rss_mib()
     torch.manual_seed(0)
-    model = nn.Sequential(*[nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.ReLU())
-                            for _ in range(DEPTH)])
-    params = sum(p.numel() for p in model.parameters())
-    for block in model:
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+    if args.ddp:
+        model = nn.Sequential(*[nn.Sequential(nn.Linear(args.width, args.width), nn.ReLU())
+                                for _ in range(args.depth)])
+        params = sum(p.numel() for p in model.parameters())
+        model = nn.parallel.DistributedDataParallel(model)
+    else:
+        # Each block sharded as it is made, as FSDP2's users do with large models.
+        blocks = []
+        for _ in range(args.depth):
+            blocks.append(nn.Sequential(nn.Linear(args.width, args.width), nn.ReLU()))
+            fully_shard(blocks[-1], mesh=mesh)
+        model = nn.Sequential(*blocks)
+        params = args.depth * args.width * (args.width + 1)
+        fully_shard(model, mesh=mesh)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     gen = torch.Generator().manual_seed(rank)
-    x = torch.randn(BATCH, WIDTH, generator=gen)
-    target = torch.randn(BATCH, WIDTH, generator=gen)
+    x = torch.randn(args.batch, args.width, generator=gen)
+    target = torch.randn(args.batch, args.width, generator=gen)
     times = []
-    for step in range(WARMUP + STEPS):
+    for step in range(WARMUP + args.steps):
         if step == WARMUP:
             log.clear()
         dist.barrier()
@@ -83,19 +101,22 @@ def run(rank, backend, port, comm):
         opt.step()
         times.append(time.perf_counter() - start)
     step_s = statistics.median(times[WARMUP:])
-    rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0])
-    dist.all_reduce(rss, op=dist.ReduceOp.MAX)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    mem = torch.tensor([peak, peak - baseline], dtype=torch.float64)
+    dist.all_reduce(mem, op=dist.ReduceOp.MAX)
     if rank == 0:
-        print(f"fsdp2-{backend} world={WORLD} params={params} step_ms={step_s * 1e3:.1f} "
-              f"samples_per_s={WORLD * BATCH / step_s:.1f} peak_rss_mib={rss.item():.0f}",
+        kind = "ddp" if args.ddp else "fsdp2"
+        print(f"{kind}-{args.backend} world={args.world} params={params} "
+              f"step_ms={step_s * 1e3:.1f} samples_per_s={args.world * args.batch / step_s:.1f} "
+              f"peak_rss_mib={mem[0].item():.0f} peak_above_baseline_mib={mem[1].item():.0f}",
               flush=True)
         by_kind = collections.defaultdict(list)
         for name, size, seconds in log:
             by_kind[(name, size)].append(seconds)
         for (name, size), secs in sorted(by_kind.items()):
-            print(f"  {name} in_bytes={size} per_step={len(secs) / STEPS:g} "
+            print(f"  {name} in_bytes={size} per_step={len(secs) / args.steps:g} "
                   f"median_ms={statistics.median(secs) * 1e3:.2f} "
-                  f"total_ms_per_step={sum(secs) * 1e3 / STEPS:.1f}", flush=True)
+                  f"total_ms_per_step={sum(secs) * 1e3 / args.steps:.1f}", flush=True)
     dist.destroy_process_group()
 
 
@@ -105,7 +126,20 @@ def free_port():
         return s.getsockname()[1]
 
 
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("backend", choices=("gloo", "tdist"))
+    p.add_argument("comm", nargs="?", choices=("comm",), help="also time each collective")
+    p.add_argument("--width", type=int, default=2048)
+    p.add_argument("--depth", type=int, default=8)
+    p.add_argument("--batch", type=int, default=32, help="samples per rank")
+    p.add_argument("--world", type=int, default=2)
+    p.add_argument("--steps", type=int, default=10, help="timed steps, after 3 warm-up ones")
+    p.add_argument("--ddp", action="store_true", help="DistributedDataParallel instead")
+    args = p.parse_args()
+    args.comm = args.comm == "comm"
+    mp.spawn(run, args=(args, free_port()), nprocs=args.world)
+
+
 if __name__ == "__main__":
-    backend = sys.argv[1]
-    comm = len(sys.argv) > 2 and sys.argv[2] == "comm"
-    mp.spawn(run, args=(backend, free_port(), comm), nprocs=WORLD)
+    main()

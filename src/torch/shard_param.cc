@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "shard_pool.h"
 #include "tdist/error.h"
 
 namespace tdist::torch {
@@ -23,7 +24,7 @@ void free_storage(const ::torch::Tensor& t) {
 void alloc_storage(const ::torch::Tensor& t, size_t nbytes) {
   c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
   if (s->nbytes() == nbytes) return;
-  s->set_data_ptr_noswap(s->allocator()->allocate(nbytes));
+  s->set_data_ptr_noswap(shard_pool::allocate(nbytes, t.device()));
   s->set_nbytes(nbytes);
 }
 
@@ -79,7 +80,7 @@ void ShardParam::unshard_from(const ::torch::Tensor& gathered, int64_t offset,
                               c10::ScalarType dtype) {
   ::torch::NoGradGuard no_grad;
   if (full_padded_.scalar_type() != dtype) {  // param_dtype: whole tensors in that dtype
-    full_padded_ = ::torch::empty(full_padded_.sizes(), full_padded_.options().dtype(dtype));
+    full_padded_ = shard_pool::empty(full_padded_.sizes(), full_padded_.options().dtype(dtype));
     full_ = full_padded_.narrow(0, 0, rows_).view(shape_);
   }
   alloc_storage(full_padded_, static_cast<size_t>(full_padded_.numel()) *

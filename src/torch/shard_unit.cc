@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "ddp_sync.h"
+#include "shard_pool.h"
 #include "tdist/distributed.h"
 #include "tdist/error.h"
 #include "tdist/torch/collectives.h"
@@ -275,7 +276,7 @@ void ShardUnit::start_gather() {
   ::torch::NoGradGuard no_grad;
   const c10::ScalarType dtype = gather_dtype();
   gather_input_ = dtype == flat_shard_.scalar_type() ? flat_shard_ : flat_shard_.to(dtype);
-  gather_output_ = ::torch::empty({group_->size() * flat_numel_}, gather_input_.options());
+  gather_output_ = shard_pool::empty({group_->size() * flat_numel_}, gather_input_.options());
   gather_work_ = all_gather_into_tensor_async(gather_output_, gather_input_, group_);
 }
 

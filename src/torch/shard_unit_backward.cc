@@ -8,6 +8,7 @@
 #include <memory>
 #include <utility>
 
+#include "shard_pool.h"
 #include "shard_unit.h"
 #include "tdist/torch/collectives.h"
 #include "tdist/torch/types.h"
@@ -91,7 +92,8 @@ void ShardUnit::post_backward() {
     root->last_reduce_ = weak_from_this();
   }
   const int world = group_->size();
-  reduce_input_ = ::torch::empty({world, flat_numel_}, flat_shard_.options().dtype(reduce_dtype()));
+  reduce_input_ =
+      shard_pool::empty({world, flat_numel_}, flat_shard_.options().dtype(reduce_dtype()));
   for (size_t i = 0; i < params_.size(); ++i) {
     ::torch::Tensor g = std::move(grads[i]);  // each whole gradient freed once copied
     if (local_grads_[i].defined()) {
@@ -117,14 +119,14 @@ void ShardUnit::finish_reduce() {
   for (size_t i = 0; i < params_.size(); ++i) {
     ShardParam& p = params_[i];
     if (!p.requires_grad()) continue;
-    ::torch::Tensor g = reduce_output_.narrow(0, offsets_[i], p.rows_of(rank) * p.row_numel())
-                            .view(p.shard().sizes())
-                            .to(p.dtype(), /*non_blocking=*/false, /*copy=*/true);
+    const ::torch::Tensor g = reduce_output_.narrow(0, offsets_[i], p.rows_of(rank) * p.row_numel())
+                                  .view(p.shard().sizes());
     ::torch::Tensor& grad = p.param().mutable_grad();
     if (grad.defined()) {
       grad.add_(g);
-    } else {
-      grad = g;
+    } else {  // a new gradient (zero_grad drops them), in a pooled block as the others
+      grad = shard_pool::empty(p.shard().sizes(), p.shard().options());
+      grad.copy_(g);
     }
   }
   reduce_input_ = ::torch::Tensor();
