@@ -73,10 +73,9 @@ def run(rank, args, port):
     baseline = rss_mib()
     torch.manual_seed(0)
     if args.ddp:
-        model = nn.Sequential(*[nn.Sequential(nn.Linear(args.width, args.width), nn.ReLU())
-                                for _ in range(args.depth)])
-        params = sum(p.numel() for p in model.parameters())
-        model = nn.parallel.DistributedDataParallel(model)
+        model = nn.parallel.DistributedDataParallel(nn.Sequential(
+            *[nn.Sequential(nn.Linear(args.width, args.width), nn.ReLU())
+              for _ in range(args.depth)]))
     else:
         # Each block sharded as it is made, as FSDP2's users do with large models.
         blocks = []
@@ -84,8 +83,8 @@ def run(rank, args, port):
             blocks.append(nn.Sequential(nn.Linear(args.width, args.width), nn.ReLU()))
             fully_shard(blocks[-1], mesh=mesh)
         model = nn.Sequential(*blocks)
-        params = args.depth * args.width * (args.width + 1)
         fully_shard(model, mesh=mesh)
+    params = sum(p.numel() for p in model.parameters())  # a DTensor counts its global shape
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     gen = torch.Generator().manual_seed(rank)
     x = torch.randn(args.batch, args.width, generator=gen)

@@ -1,6 +1,7 @@
 #include "shard_pool.h"
 
 #include <c10/core/CPUAllocator.h>
+#include <c10/util/accumulate.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -53,12 +54,12 @@ class Pool {
     return Block{data, bytes};
   }
 
+  // Lent and kept together do not change: nothing to trim.
   void give(Block b) {
     MutexLock lock(mu_);
     lent_ -= b.bytes;
     kept_.push_back(b);
     kept_bytes_ += b.bytes;
-    trim();
   }
 
   Usage usage() {
@@ -111,9 +112,8 @@ c10::DataPtr allocate(size_t nbytes, c10::Device device) {
 
 ::torch::Tensor empty(c10::IntArrayRef sizes, const ::torch::TensorOptions& options) {
   if (!options.device().is_cpu()) return ::torch::empty(sizes, options);
-  int64_t numel = 1;
-  for (const int64_t s : sizes) numel *= s;
-  const size_t nbytes = static_cast<size_t>(numel) * options.dtype().itemsize();
+  const size_t nbytes =
+      static_cast<size_t>(c10::multiply_integers(sizes)) * options.dtype().itemsize();
   c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, allocate(nbytes, options.device()),
                        /*allocator=*/nullptr,
                        /*resizable=*/false);
