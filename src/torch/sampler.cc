@@ -1,5 +1,6 @@
 // DistributedSampler (sampler.h): PyTorch's index arithmetic over at::randperm, with the
-// epoch shared between copies so set_epoch reaches a data loader's copy.
+// epoch, the resume in force and the handed-out positions shared between copies so that
+// set_epoch and resume reach a data loader's copy and consumed_mask sees what it read.
 #include "tdist/torch/sampler.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -10,9 +11,52 @@
 
 #include "tdist/distributed.h"
 #include "tdist/error.h"
+#include "tdist/thread_annotations.h"
 
 namespace tdist::torch {
+
+struct DistributedSampler::Resume {
+  int64_t epoch = 0;
+  // The dataset size it was made for; a copy reset to another size ends it.
+  size_t dataset_size = 0;
+  // The positions consumed before the resume: at least the bytes of the real positions,
+  // more where a drop_last world of another size handed in a longer mask; no bit at or
+  // past dataset_size.
+  std::vector<uint8_t> consumed;
+  // The real positions not in `consumed`, increasing: the resumed epoch's list.
+  std::vector<size_t> remaining;
+};
+
+struct DistributedSampler::Shared {
+  Mutex mu;
+  int64_t epoch TDIST_GUARDED_BY(mu) = 0;
+  // The resume in force, or null.
+  std::shared_ptr<const Resume> resume TDIST_GUARDED_BY(mu);
+  // The number of the most recent reset of any copy: the copy (and its later copies) with
+  // this pass_ is the one whose next() marks `mask`.
+  uint64_t pass TDIST_GUARDED_BY(mu) = 0;
+  // consumed_mask(): that pass's base (a resume's consumed positions) and what it handed out.
+  std::vector<uint8_t> mask TDIST_GUARDED_BY(mu);
+};
+
 namespace {
+
+size_t mask_bytes(size_t positions) { return (positions + 7) / 8; }
+
+bool test_bit(const std::vector<uint8_t>& mask, size_t g) {
+  return g / 8 < mask.size() && ((mask[g / 8] >> (g % 8)) & 1) != 0;
+}
+
+void set_bit(std::vector<uint8_t>& mask, size_t g) {
+  mask[g / 8] = static_cast<uint8_t>(mask[g / 8] | (1U << (g % 8)));
+}
+
+// Rank `rank`'s positions among `count` dealt round robin over `replicas`, padded to
+// ceil(count / replicas) each: the number of them that are real.
+size_t real_share(size_t count, size_t replicas, size_t rank, size_t per_rank) {
+  if (count <= rank) return 0;
+  return std::min(per_rank, (count - rank + replicas - 1) / replicas);
+}
 
 // The order of 0..n-1 for one epoch, as DistributedSampler.__iter__ builds it before
 // padding: torch.Generator().manual_seed(seed + epoch) then torch.randperm(n, generator).
@@ -51,7 +95,7 @@ DistributedSampler::DistributedSampler(size_t dataset_size, DistributedSamplerOp
       shuffle_(options.shuffle),
       seed_(options.seed),
       drop_last_(options.drop_last),
-      epoch_(std::make_shared<std::atomic<int64_t>>(0)) {
+      shared_(std::make_shared<Shared>()) {
   TDIST_CHECK(num_replicas_ >= 1, InvalidArgument, "DistributedSampler: num_replicas ",
               num_replicas_, " must be at least 1");
   TDIST_CHECK(rank_ >= 0 && rank_ < num_replicas_, InvalidArgument,
@@ -69,42 +113,138 @@ void DistributedSampler::set_size(size_t dataset_size) {
 }
 
 void DistributedSampler::set_epoch(int64_t epoch) {
-  epoch_->store(epoch);
+  {
+    MutexLock lock(shared_->mu);
+    if (shared_->resume != nullptr && shared_->resume->epoch != epoch) shared_->resume = nullptr;
+    shared_->epoch = epoch;
+  }
   reset();
 }
 
-int64_t DistributedSampler::epoch() const { return epoch_->load(); }
+int64_t DistributedSampler::epoch() const {
+  MutexLock lock(shared_->mu);
+  return shared_->epoch;
+}
+
+size_t DistributedSampler::real_positions() const {
+  // Without drop_last the padded list is at least n long; with it, cut to floor(n / R) * R.
+  const auto replicas = static_cast<size_t>(num_replicas_);
+  return drop_last_ ? dataset_size_ / replicas * replicas : dataset_size_;
+}
+
+std::vector<uint8_t> DistributedSampler::consumed_mask() const {
+  MutexLock lock(shared_->mu);
+  return shared_->mask;
+}
+
+void DistributedSampler::resume(int64_t epoch, const std::vector<uint8_t>& consumed) {
+  const size_t real = real_positions();
+  const size_t own_bytes = mask_bytes(real);
+  if (drop_last_) {
+    // floor(n / R) * R differs between world sizes: a mask of another world may be shorter
+    // or longer than this one's, never longer than the dataset's.
+    TDIST_CHECK(consumed.size() <= mask_bytes(dataset_size_), InvalidArgument,
+                "DistributedSampler::resume: the consumed mask has ", consumed.size(),
+                " bytes; with drop_last it may have at most ", mask_bytes(dataset_size_),
+                " (a dataset of ", dataset_size_, " samples; this world's mask has ", own_bytes,
+                " bytes for its ", real, " real positions)");
+  } else {
+    TDIST_CHECK(consumed.size() == own_bytes, InvalidArgument,
+                "DistributedSampler::resume: the consumed mask has ", consumed.size(),
+                " bytes, the epoch's ", real, " real positions take ", own_bytes);
+  }
+  auto made = std::make_shared<Resume>();
+  made->epoch = epoch;
+  made->dataset_size = dataset_size_;
+  made->consumed = consumed;
+  made->consumed.resize(std::max(consumed.size(), own_bytes), 0);
+  // Clear the bits past the dataset (the last byte's spare bits).
+  for (size_t g = dataset_size_; g < made->consumed.size() * 8; ++g) {
+    made->consumed[g / 8] = static_cast<uint8_t>(made->consumed[g / 8] & ~(1U << (g % 8)));
+  }
+  for (size_t g = 0; g < real; ++g) {
+    if (!test_bit(made->consumed, g)) made->remaining.push_back(g);
+  }
+  {
+    MutexLock lock(shared_->mu);
+    shared_->epoch = epoch;
+    shared_->resume = std::move(made);
+  }
+  reset();
+}
 
 void DistributedSampler::reset(::torch::optional<size_t> new_size) {
   if (new_size) set_size(*new_size);
-  const std::vector<size_t> order = epoch_order(dataset_size_, shuffle_, seed_, epoch());
-  // Position p is element rank + p * R of the padded (or cut) list; padding repeats the
-  // order cyclically, so element g of it is order[g % n].
-  indices_.resize(num_samples_);
-  for (size_t p = 0; p < num_samples_; ++p) {
-    const size_t g = static_cast<size_t>(rank_) + p * static_cast<size_t>(num_replicas_);
-    indices_[p] = order[g % dataset_size_];
+  int64_t epoch = 0;
+  std::shared_ptr<const Resume> resume;
+  {
+    MutexLock lock(shared_->mu);
+    epoch = shared_->epoch;
+    if (shared_->resume != nullptr && shared_->resume->dataset_size != dataset_size_) {
+      shared_->resume = nullptr;
+    }
+    resume = shared_->resume;
+  }
+  const std::vector<size_t> order = epoch_order(dataset_size_, shuffle_, seed_, epoch);
+  const auto rank = static_cast<size_t>(rank_);
+  const auto replicas = static_cast<size_t>(num_replicas_);
+  if (resume == nullptr) {
+    // Position p is element rank + p * R of the padded (or cut) list; padding repeats the
+    // order cyclically, so element g of it is order[g % n].
+    set_size(dataset_size_);
+    indices_.resize(num_samples_);
+    for (size_t p = 0; p < num_samples_; ++p) {
+      indices_[p] = order[(rank + p * replicas) % dataset_size_];
+    }
+    // With drop_last every position holds element rank + p * R < n of the order; without,
+    // the positions p with rank + p * R < n are real.
+    num_real_samples_ =
+        drop_last_ ? num_samples_ : real_share(dataset_size_, replicas, rank, num_samples_);
+  } else {
+    // Element j of the resumed list is remaining[j % m] (padding repeats it from its start).
+    const std::vector<size_t>& remaining = resume->remaining;
+    const size_t m = remaining.size();
+    num_samples_ = (m + replicas - 1) / replicas;
+    indices_.resize(num_samples_);
+    for (size_t p = 0; p < num_samples_; ++p) {
+      indices_[p] = order[remaining[(rank + p * replicas) % m]];
+    }
+    num_real_samples_ = real_share(m, replicas, rank, num_samples_);
   }
   position_ = 0;
+  resume_ = std::move(resume);
+  MutexLock lock(shared_->mu);
+  pass_ = ++shared_->pass;
+  shared_->mask = resume_ != nullptr ? resume_->consumed
+                                     : std::vector<uint8_t>(mask_bytes(real_positions()), 0);
+}
+
+std::optional<size_t> DistributedSampler::global_position(size_t position) const {
+  if (position >= num_real_samples_) return std::nullopt;
+  const size_t j = static_cast<size_t>(rank_) + position * static_cast<size_t>(num_replicas_);
+  return resume_ != nullptr ? resume_->remaining[j] : j;
 }
 
 ::torch::optional<std::vector<size_t>> DistributedSampler::next(size_t batch_size) {
-  if (position_ >= indices_.size()) return ::torch::nullopt;
+  const bool at_end = position_ >= indices_.size();
+  const size_t begin = position_;
   const size_t end = std::min(indices_.size(), position_ + batch_size);
-  std::vector<size_t> batch(indices_.begin() + static_cast<std::ptrdiff_t>(position_),
-                            indices_.begin() + static_cast<std::ptrdiff_t>(end));
   position_ = end;
-  return batch;
-}
-
-size_t DistributedSampler::num_real_samples() const {
-  // With drop_last every position holds element rank + p * R < n of the order.
-  if (drop_last_) return num_samples_;
-  const auto rank = static_cast<size_t>(rank_);
-  if (dataset_size_ <= rank) return 0;
-  // The positions p with rank + p * R < n.
-  const auto replicas = static_cast<size_t>(num_replicas_);
-  return std::min(num_samples_, (dataset_size_ - rank + replicas - 1) / replicas);
+  {
+    MutexLock lock(shared_->mu);
+    if (pass_ == shared_->pass) {
+      for (size_t p = begin; p < end; ++p) {
+        if (auto g = global_position(p)) set_bit(shared_->mask, *g);
+      }
+    }
+    // The resumed pass is over once a copy following it reaches its end.
+    if (end == indices_.size() && resume_ != nullptr && shared_->resume == resume_) {
+      shared_->resume = nullptr;
+    }
+  }
+  if (at_end) return ::torch::nullopt;
+  return std::vector<size_t>(indices_.begin() + static_cast<std::ptrdiff_t>(begin),
+                             indices_.begin() + static_cast<std::ptrdiff_t>(end));
 }
 
 void DistributedSampler::save(::torch::serialize::OutputArchive& archive) const {

@@ -31,16 +31,43 @@
 // Positions and index lists stay per copy. Moving is copying, so no moved-from sampler
 // loses the shared epoch.
 //
+// Exactly-once resume (beyond PyTorch), on the same or another number of ranks: copies
+// also share the progress of the epoch, so the sampler you kept knows what the loader's
+// copy handed out. A checkpoint saves, with the epoch, the OR of every rank's
+// consumed_mask() (a bitmap over the epoch's global positions: position g is element g of
+// the epoch's order before padding; rank r's k-th index is position r + k * num_replicas);
+// the resumed job calls resume(epoch, mask) on every rank before its loop:
+//
+//   std::vector<uint8_t> mask = sampler.consumed_mask();   // per rank; OR them (all_reduce)
+//   ... after a restart on any number of ranks:
+//   sampler.resume(saved_epoch, saved_mask);               // then the loop as above,
+//   for (int64_t epoch = saved_epoch; ...) { sampler.set_epoch(epoch); ... }
+//
+// The rest of the epoch is then the positions not in the mask, in increasing position,
+// dealt round robin over the new ranks and padded as PyTorch pads (num_real_samples() and
+// is_padding() describe it), so each sample of the epoch is read once over both jobs (with
+// drop_last: each sample the new world keeps, and each the old world read); the epochs
+// after it are PyTorch's again. Saving during a resumed epoch and resuming again works the
+// same way. The handed-out positions are those next() returned since the most recent
+// reset() of any copy, by that copy (and copies made from it before they reset
+// themselves): with several copies iterating, the one reset last wins. A loader with
+// workers asks for batches ahead (2 * workers by default), so the mask counts batches
+// handed to the loader, which may be more than the training loop has taken: save between
+// epochs, or use workers(0) (which asks for each batch as the loop takes it) where a batch
+// must be neither lost nor repeated. save()/load() describe one copy's position in its own
+// order and know nothing of a resume; they restore a job on the same ranks only.
+//
 // Failures: InvalidArgument for num_replicas < 1 or a rank outside [0, num_replicas)
-// (PyTorch's ValueError); tdist::Error when num_replicas or rank is left to the default
-// group and none is initialized. Thread-safety: set_epoch and epoch may be called from
-// any thread; everything else needs external synchronization per copy.
+// (PyTorch's ValueError), and for a resume mask of the wrong size; tdist::Error when
+// num_replicas or rank is left to the default group and none is initialized.
+// Thread-safety: set_epoch, epoch, resume and consumed_mask may be called from any thread
+// (set_epoch and resume rewind the copy they are called on, which must not be in use);
+// everything else needs external synchronization per copy.
 #pragma once
 
 #include <torch/data/samplers/base.h>
 #include <torch/types.h>
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -73,8 +100,49 @@ class DistributedSampler : public ::torch::data::samplers::Sampler<> {
   void set_epoch(int64_t epoch);
   int64_t epoch() const;
 
-  // Rewinds to the first position, in the order of the current epoch. new_size replaces
-  // the dataset size (and with it size() and num_real_samples()).
+  // The epoch's positions this rank has been handed so far, through any copy of this
+  // sampler (the data loader's copy included): a bitmap over the epoch's real positions
+  // [0, real_positions()) of the epoch's global list (position g of PyTorch's list is the
+  // g-th element of the shuffled order of the epoch, before padding; rank r's k-th index is
+  // global position r + k * num_replicas in a fresh epoch), (real_positions() + 7) / 8
+  // bytes. Bit g is (mask[g / 8] >> (g % 8)) & 1. Padding positions (>= the real count) are
+  // never marked. "Handed out": what next() returned since the most recent reset() of any
+  // copy (see above). During a resumed epoch: the positions consumed before the resume
+  // plus those handed out since, in the original epoch's positions; with drop_last after a
+  // resume from another world size the mask also keeps the positions past
+  // real_positions() that the old world read (so it may be longer, up to
+  // (dataset size + 7) / 8 bytes).
+  std::vector<uint8_t> consumed_mask() const;
+  // The number of real global positions of the current epoch: min(dataset_size, total_size)
+  // (total_size = size() * num_replicas() of PyTorch's order; with drop_last the cut tail
+  // is not real). Does not change with a resume.
+  size_t real_positions() const;
+  // Resumes epoch `epoch` after the positions in `consumed` (the OR of every old rank's
+  // consumed_mask(), of the same size in bytes as consumed_mask() would be for that epoch;
+  // with drop_last, whose real count depends on the world size, any size up to
+  // (dataset size + 7) / 8 bytes, the mask of another world; InvalidArgument naming both
+  // sizes otherwise; bits past the dataset are ignored): sets the epoch of this sampler and
+  // all its copies, and from then on the epoch's order on every copy (at its next reset(),
+  // and on this copy at once) is the remaining real positions in increasing global
+  // position, dealt round robin over this sampler's num_replicas (rank r takes
+  // remaining[r], remaining[r + R], ...), padded, as PyTorch pads, by repeating the
+  // remaining list from its start so that every rank gets the same count (with drop_last
+  // too: nothing more is cut); is_padding()/num_real_samples() describe that padding;
+  // size() is the new per-rank count (0 when nothing remains).
+  // The resumed order stays in force for epoch `epoch` (set_epoch(epoch) with the same
+  // epoch, which a training loop calls at the start of every epoch, keeps it) until a copy
+  // following it reaches its end (hands out its last index, or, with nothing to hand out,
+  // returns nullopt from next()), set_epoch is called with another epoch, or a copy resets
+  // to another dataset size; after that every epoch is PyTorch's order again.
+  // consumed_mask() during a resumed epoch reports the positions consumed before the
+  // resume plus those handed out since, in the original epoch's global positions, so that
+  // saving and resuming again (on yet another world size) still sees every sample exactly
+  // once.
+  void resume(int64_t epoch, const std::vector<uint8_t>& consumed);
+
+  // Rewinds to the first position, in the order of the current epoch (the resumed order
+  // while a resume is in force). new_size replaces the dataset size (and with it size() and
+  // num_real_samples()). This copy becomes the one whose next() counts as handed out.
   void reset(::torch::optional<size_t> new_size = ::torch::nullopt) override;
 
   // The next up to batch_size indices; nullopt once all size() were handed out.
@@ -86,19 +154,28 @@ class DistributedSampler : public ::torch::data::samplers::Sampler<> {
   void save(::torch::serialize::OutputArchive& archive) const override;
   void load(::torch::serialize::InputArchive& archive) override;
 
-  // This rank's indices for the current epoch, padding included (PyTorch's list(iter)).
+  // This rank's indices for the current epoch, padding included (PyTorch's list(iter); in a
+  // resumed epoch the resumed order).
   const std::vector<size_t>& indices() const { return indices_; }
-  // Indices per rank and epoch (PyTorch's len(sampler)).
+  // Indices per rank and epoch (PyTorch's len(sampler); in a resumed epoch the resumed
+  // count).
   size_t size() const { return num_samples_; }
   // Positions [0, num_real_samples()) hold real samples, the rest padding (see above).
-  size_t num_real_samples() const;
+  size_t num_real_samples() const { return num_real_samples_; }
   bool is_padding(size_t position) const { return position >= num_real_samples(); }
 
   int num_replicas() const { return num_replicas_; }
   int rank() const { return rank_; }
 
  private:
+  // Shared by all copies (sampler.cc): the epoch, the resume in force, the progress.
+  struct Shared;
+  // One resume: its epoch, mask and remaining positions (immutable once made).
+  struct Resume;
+
   void set_size(size_t dataset_size);
+  // The global position of this copy's index at `position`, or nullopt for padding.
+  std::optional<size_t> global_position(size_t position) const;
 
   size_t dataset_size_ = 0;
   int num_replicas_;
@@ -107,7 +184,12 @@ class DistributedSampler : public ::torch::data::samplers::Sampler<> {
   int64_t seed_;
   bool drop_last_;
   size_t num_samples_ = 0;
-  std::shared_ptr<std::atomic<int64_t>> epoch_;
+  size_t num_real_samples_ = 0;
+  std::shared_ptr<Shared> shared_;
+  // The resume this copy's order follows (null: PyTorch's order), and the number of the
+  // reset that made the order (its next() counts while no copy has reset since).
+  std::shared_ptr<const Resume> resume_;
+  uint64_t pass_ = 0;
   std::vector<size_t> indices_;
   size_t position_ = 0;
 };
