@@ -59,3 +59,7 @@ python3 -c 'import xdist' 2>/dev/null ||
 # distributed test suite).
 python3 -c 'import expecttest' 2>/dev/null ||
   python3 -m pip install -q --root-user-action=ignore expecttest
+# safetensors: PyTorch's HuggingFaceStorageReader/Writer read and write tdist's checkpoint
+# format with it (tests/python's checkpoint interop).
+python3 -c 'import safetensors' 2>/dev/null ||
+  python3 -m pip install -q --root-user-action=ignore safetensors

@@ -81,6 +81,18 @@ std::vector<ShardedTensor> FullyShardedBase::sharded_state_dict() const {
   return out;
 }
 
+std::vector<LocalShard> FullyShardedBase::local_shards() const {
+  const ShardUnit& unit = *unit_;
+  const int rank = unit.group()->rank();
+  std::vector<LocalShard> out;
+  for (const ShardParam* p : unit.all_params()) {
+    out.push_back(
+        {{unit.prefix_of(p) + p->name(), p->shard(), p->global_shape(), p->first_row(rank)},
+         p->param()});
+  }
+  return out;
+}
+
 void FullyShardedBase::load_full_state_dict(
     const std::vector<std::pair<std::string, ::torch::Tensor>>& state) {
   std::unordered_map<std::string, const ::torch::Tensor*> by_name;

@@ -130,6 +130,13 @@ struct ShardedTensor {
   int64_t offset = 0;  // first global row
 };
 
+// One entry of local_shards(): a parameter as the module and an optimizer hold it (`param`),
+// and this rank's rows of it (`rows.shard`: a view of the live shard, not a copy).
+struct LocalShard {
+  ShardedTensor rows;
+  ::torch::Tensor param;
+};
+
 // What a unit holds, in bytes, on this rank (for the memory yardstick).
 struct ShardMemory {
   int64_t sharded_params = 0;  // the shards (padded)
@@ -170,6 +177,9 @@ class FullyShardedBase {
   std::vector<std::pair<std::string, ::torch::Tensor>> full_state_dict(bool rank0_only = false);
   // Not collective: this rank's shards of the same parameters.
   std::vector<ShardedTensor> sharded_state_dict() const;
+  // Not collective: the same parameters' live shards (writing into `rows.shard` in place,
+  // outside forward and backward, changes the parameter; distributed checkpoints load so).
+  std::vector<LocalShard> local_shards() const;
   // Collective. Values for every parameter named (all must be named; shapes must match):
   // whole tensors (the same on every rank) / shards with offsets (each rank keeps the rows
   // it owns; `shards` may hold any ranks' shards, and must cover this rank's rows).

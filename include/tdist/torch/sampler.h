@@ -164,6 +164,8 @@ class DistributedSampler : public ::torch::data::samplers::Sampler<> {
   size_t num_real_samples() const { return num_real_samples_; }
   bool is_padding(size_t position) const { return position >= num_real_samples(); }
 
+  // The dataset's size (PyTorch's len(dataset)).
+  size_t dataset_size() const { return dataset_size_; }
   int num_replicas() const { return num_replicas_; }
   int rank() const { return rank_; }
 
