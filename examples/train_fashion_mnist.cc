@@ -6,15 +6,20 @@
 //   tdistrun --standalone --nproc-per-node 2 train_fashion_mnist --device cuda [--backend nccl]
 //
 // Every rank trains on its share of the training set (the sampler) and DDP averages the
-// gradients. Rank 0 draws a progress bar on stderr, prints the test accuracy after each
-// epoch (the test set is split over the ranks too, counting each image once) and saves a
-// checkpoint (model, optimizer, epochs done); --resume continues with the next epoch
-// (every rank reads the checkpoint, so its path must be visible to all of them). The last
-// line on stdout is "test accuracy: NN.N%". Exit status 1 on any error (a missing dataset
-// says which package to install), 2 on bad flags. Defaults: 1 epoch, batch 64 per rank,
-// SGD with momentum 0.9 and lr 0.05 (about 89% after one epoch with 2 ranks). --device cuda
-// trains on each rank's GPU, tdist::torch::local_device() (LOCAL_RANK modulo the visible
-// GPUs), over any backend: nccl on device memory, the others through pinned host memory.
+// gradients. Rank 0 draws a progress bar on stderr and prints the test accuracy after each
+// epoch (the test set is split over the ranks too, counting each image once). Checkpoints
+// (tdist::checkpoint: model, optimizer, sampler position, epoch and step, generator) go to
+// the folder --checkpoint, after each epoch and, with --checkpoint-every N, every N steps,
+// saved in the background while training goes on (the last 2 kept); --resume continues
+// from the latest complete one, mid-epoch included, with every remaining sample of the
+// epoch read exactly once (on any number of ranks), or starts afresh when there is none.
+// Under tdistrun --max-restarts the restarted workers thus pick up where the last
+// checkpoint left off. The folder must be visible to every rank. The last line on stdout is
+// "test accuracy: NN.N%". Exit status 1 on any error (a missing dataset says which package
+// to install), 2 on bad flags. Defaults: 1 epoch, batch 64 per rank, SGD with momentum 0.9
+// and lr 0.05 (about 89% after one epoch with 2 ranks). --device cuda trains on each rank's
+// GPU, tdist::torch::local_device() (LOCAL_RANK modulo the visible GPUs), over any backend:
+// nccl on device memory, the others through pinned host memory.
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -23,7 +28,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -32,6 +36,7 @@
 #include "tdist/distributed.h"
 #include "tdist/error.h"
 #include "tdist/hash_store.h"
+#include "tdist/torch/checkpoint.h"
 #include "tdist/torch/collectives.h"
 #include "tdist/torch/ddp.h"
 #include "tdist/torch/device.h"
@@ -51,16 +56,17 @@ struct Flags {
   std::string backend = "auto";
   std::string device = "cpu";  // or "cuda": this rank's GPU (local_device())
   std::string data = FashionMNIST::kDefaultRoot;
-  std::string checkpoint = "./fashion_mnist.ckpt";
+  std::string checkpoint = "./fashion_mnist_ckpt";
   bool resume = false;
-  int64_t max_steps = 0;  // 0: whole epochs
+  int64_t checkpoint_every = 0;  // steps; 0: after each epoch only
+  int64_t max_steps = 0;         // 0: whole epochs
   int64_t seed = 0;
 };
 
 constexpr const char* kUsage =
     "usage: train_fashion_mnist [--epochs N] [--batch-size N (per rank)] [--lr X]\n"
-    "         [--backend NAME] [--data DIR] [--checkpoint PATH] [--resume]\n"
-    "         [--max-steps N (per epoch)] [--seed N] [--device cpu|cuda]\n";
+    "         [--backend NAME] [--data DIR] [--checkpoint DIR] [--checkpoint-every N]\n"
+    "         [--resume] [--max-steps N (per epoch)] [--seed N] [--device cpu|cuda]\n";
 
 bool parse_flags(int argc, char** argv, Flags& f) {
   for (int i = 1; i < argc; ++i) {
@@ -91,12 +97,15 @@ bool parse_flags(int argc, char** argv, Flags& f) {
       f.data = v;
     } else if (flag == "--checkpoint") {
       f.checkpoint = v;
+    } else if (flag == "--checkpoint-every") {
+      f.checkpoint_every = std::strtoll(v, &end, 10);
     } else {
       return false;
     }
     if (end != nullptr && (*end != '\0' || end == v)) return false;
   }
-  return f.epochs >= 0 && f.batch_size > 0 && f.lr > 0 && f.max_steps >= 0;
+  return f.epochs >= 0 && f.batch_size > 0 && f.lr > 0 && f.max_steps >= 0 &&
+         f.checkpoint_every >= 0 && !f.checkpoint.empty();
 }
 
 // Under a launcher (WORLD_SIZE set) the ranks meet through env://; alone, the process
@@ -116,41 +125,6 @@ void set_threads_from_env() {
   const char* v = std::getenv("OMP_NUM_THREADS");
   int n = v != nullptr ? std::atoi(v) : 0;
   if (n > 0) torch::set_num_threads(n);
-}
-
-// The checkpoint holds the model, the optimizer and the number of epochs done. It is
-// written to a temporary name and renamed, so a crash never leaves a torn file.
-void save_checkpoint(const std::string& path, FashionNet& model, torch::optim::Optimizer& opt,
-                     int64_t epochs_done) {
-  torch::serialize::OutputArchive archive;
-  torch::serialize::OutputArchive model_archive(archive.compilation_unit());
-  torch::serialize::OutputArchive opt_archive(archive.compilation_unit());
-  model.save(model_archive);
-  opt.save(opt_archive);
-  archive.write("model", model_archive);
-  archive.write("optimizer", opt_archive);
-  archive.write("epochs_done", torch::tensor(epochs_done));
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
-  archive.save_to(tmp);
-  std::filesystem::rename(tmp, path);
-}
-
-// Every rank loads the checkpoint (DDP then starts from rank 0's copy anyway); returns
-// the epochs done.
-int64_t load_checkpoint(const std::string& path, FashionNet& model, torch::optim::Optimizer& opt,
-                        torch::Device device) {
-  TDIST_CHECK(std::filesystem::exists(path), tdist::Error, "--resume: no checkpoint at ", path);
-  torch::serialize::InputArchive archive;
-  archive.load_from(path, device);
-  torch::serialize::InputArchive model_archive;
-  torch::serialize::InputArchive opt_archive;
-  archive.read("model", model_archive);
-  archive.read("optimizer", opt_archive);
-  model.load(model_archive);
-  opt.load(opt_archive);
-  torch::Tensor epochs_done;
-  archive.read("epochs_done", epochs_done);
-  return epochs_done.item<int64_t>();
 }
 
 struct Accuracy {
@@ -187,16 +161,17 @@ Accuracy evaluate(FashionNet& model, FashionMNIST test, torch::Device device) {
   return {counts[0].item<int64_t>(), counts[1].item<int64_t>()};
 }
 
-// One epoch of at most `steps` steps. The bar (shown when `show`) gets the global
-// samples/s and rank 0's training loss, smoothed.
-template <typename Ddp, typename Loader>
+// One epoch of at most `steps` steps; after_step() after each. The bar (shown when `show`)
+// gets the global samples/s and rank 0's training loss, smoothed.
+template <typename Ddp, typename Loader, typename AfterStep>
 void run_epoch(Ddp& ddp, torch::optim::Optimizer& optimizer, Loader& loader, int64_t steps,
-               int world, torch::Device device, fashion_mnist::ProgressBar bar, bool show) {
+               int world, torch::Device device, fashion_mnist::ProgressBar bar, bool show,
+               AfterStep after_step) {
   int64_t step = 0;
   int64_t samples = 0;
   double smoothed_loss = 0;
+  if (steps == 0) return;
   for (auto& batch : loader) {
-    if (step == steps) break;
     optimizer.zero_grad();
     torch::Tensor loss = torch::nn::functional::cross_entropy(ddp.forward(batch.data.to(device)),
                                                               batch.target.to(device));
@@ -209,6 +184,8 @@ void run_epoch(Ddp& ddp, torch::optim::Optimizer& optimizer, Loader& loader, int
       smoothed_loss = step == 1 ? l : 0.95 * smoothed_loss + 0.05 * l;
       bar.update(step, samples, smoothed_loss);
     }
+    after_step();
+    if (step == steps) break;
   }
   if (show) bar.finish();
 }
@@ -229,37 +206,61 @@ int train(const Flags& flags) {
   model->to(device);  // before the optimizer takes the parameters
   torch::optim::SGD optimizer(model->parameters(),
                               torch::optim::SGDOptions(flags.lr).momentum(0.9));
-  int64_t epochs_done =
-      flags.resume ? load_checkpoint(flags.checkpoint, *model, optimizer, device) : 0;
+  DistributedSampler sampler(train_set.size().value(), {.seed = flags.seed});
+  // What a checkpoint holds; the loop below keeps epoch, epoch_step and global_step current.
+  int64_t epoch = 0, epoch_step = 0, global_step = 0;
+  tdist::checkpoint::State state;
+  state.module(*model).optimizer(optimizer, *model).sampler(sampler);
+  state.value("epoch", &epoch).value("epoch_step", &epoch_step).rng();
+  tdist::checkpoint::Checkpointer checkpointer(flags.checkpoint, {.keep_last = 2});
+  if (flags.resume) {
+    if (auto step = checkpointer.resume(state)) {
+      global_step = *step;
+      if (rank == 0) {
+        std::printf("resumed from %s at step %lld: %lld epoch(s) and %lld step(s) done\n",
+                    flags.checkpoint.c_str(), static_cast<long long>(global_step),
+                    static_cast<long long>(epoch), static_cast<long long>(epoch_step));
+      }
+    } else if (rank == 0) {
+      std::printf("no checkpoint in %s: starting afresh\n", flags.checkpoint.c_str());
+    }
+  }
   Accuracy accuracy;
+  bool evaluated = false;
   {
     tdist::torch::DistributedDataParallel ddp(model);
-    DistributedSampler sampler(train_set.size().value(), {.seed = flags.seed});
     auto loader = torch::data::make_data_loader(train_set.map(torch::data::transforms::Stack<>()),
                                                 sampler, flags.batch_size);
-    int64_t steps =
-        (static_cast<int64_t>(sampler.size()) + flags.batch_size - 1) / flags.batch_size;
-    if (flags.max_steps > 0) steps = std::min(steps, flags.max_steps);
-    if (rank == 0 && epochs_done > 0) {
-      std::printf("resumed from %s after %lld epoch(s)\n", flags.checkpoint.c_str(),
-                  static_cast<long long>(epochs_done));
-    }
-    for (int64_t epoch = epochs_done; epoch < flags.epochs; ++epoch) {
-      sampler.set_epoch(epoch);
+    for (; epoch < flags.epochs; ++epoch, epoch_step = 0) {
+      sampler.set_epoch(epoch);  // keeps a resumed epoch's order (the rest of it)
+      int64_t steps =
+          (static_cast<int64_t>(sampler.size()) + flags.batch_size - 1) / flags.batch_size;
+      if (flags.max_steps > 0) steps = std::min(steps, flags.max_steps - epoch_step);
       run_epoch(
           ddp, optimizer, *loader, steps, world, device,
           fashion_mnist::ProgressBar(stderr, static_cast<int>(epoch + 1), flags.epochs, steps),
-          rank == 0);
+          rank == 0, [&] {
+            ++epoch_step;
+            ++global_step;
+            if (flags.checkpoint_every > 0 && global_step % flags.checkpoint_every == 0) {
+              checkpointer.async_save(global_step, state);
+            }
+          });
       accuracy = evaluate(*model, test_set, device);
+      evaluated = true;
+      ++epoch;  // the checkpoint of the epoch's end: the next epoch, at its start
+      epoch_step = 0;
+      checkpointer.async_save(global_step, state);
+      --epoch;
       if (rank == 0) {
-        save_checkpoint(flags.checkpoint, *model, optimizer, epoch + 1);
         std::printf("epoch %lld/%d: test accuracy %.1f%% (%lld images), checkpoint %s\n",
                     static_cast<long long>(epoch + 1), flags.epochs, accuracy.percent(),
                     static_cast<long long>(accuracy.total), flags.checkpoint.c_str());
         std::fflush(stdout);
       }
     }
-    if (epochs_done >= flags.epochs) accuracy = evaluate(*model, test_set, device);
+    checkpointer.wait();
+    if (!evaluated) accuracy = evaluate(*model, test_set, device);
   }
   tdist::destroy_process_group();
   if (rank == 0) std::printf("test accuracy: %.1f%%\n", accuracy.percent());

@@ -17,4 +17,4 @@ echo "== two processes meet through the store"
 build/examples/hello_rendezvous --nproc 2
 echo "== Fashion-MNIST, one epoch: tdistrun starts 2 workers, DDP over the tcp backend"
 build/tools/tdistrun --standalone --nproc-per-node 2 \
-  build/examples/train_fashion_mnist --epochs 1 --checkpoint build/fashion_mnist.ckpt
+  build/examples/train_fashion_mnist --epochs 1 --checkpoint build/fashion_mnist_ckpt
