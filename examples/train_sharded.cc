@@ -11,7 +11,10 @@
 // Rank 0 shows a progress bar and, at the end, every rank's memory (the parameters and
 // gradients it holds: shards under fully_shard; the peak resident memory) and one summary
 // line (scripts/bench_sharded.sh reads it). --ddp trains the same model with
-// DistributedDataParallel instead, for comparison.
+// DistributedDataParallel instead, for comparison. --checkpoint DIR --checkpoint-every K
+// saves the model and Adam's state (tdist::checkpoint, asynchronously: staged, then written
+// while training goes on; the last one kept) every K steps; the summary line then also has
+// the saves and the training thread's time blocked per save (scripts/bench_checkpoint.sh).
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -32,6 +35,7 @@
 #include "tdist/distributed.h"
 #include "tdist/error.h"
 #include "tdist/hash_store.h"
+#include "tdist/torch/checkpoint.h"
 #include "tdist/torch/collectives.h"
 #include "tdist/torch/ddp.h"
 #include "tdist/torch/fully_shard.h"
@@ -40,7 +44,8 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: train_sharded [--width N] [--depth N] [--batch-size N (per rank)] [--steps N]\n"
-    "         [--lr X] [--backend NAME] [--bf16] [--ddp]\n";
+    "         [--lr X] [--backend NAME] [--bf16] [--ddp] [--checkpoint DIR]\n"
+    "         [--checkpoint-every K]\n";
 
 struct Flags {
   int64_t width = 8192;
@@ -49,8 +54,10 @@ struct Flags {
   int64_t steps = 10;
   double lr = 1e-4;
   std::string backend = "shm";
-  bool bf16 = false;  // gather and compute in bfloat16, reduce in float32
-  bool ddp = false;   // DistributedDataParallel instead, for comparison
+  bool bf16 = false;             // gather and compute in bfloat16, reduce in float32
+  bool ddp = false;              // DistributedDataParallel instead, for comparison
+  std::string checkpoint;        // a folder: save there
+  int64_t checkpoint_every = 0;  // every K steps (0: never)
 };
 
 bool parse_flags(int argc, char** argv, Flags& f) {
@@ -74,11 +81,16 @@ bool parse_flags(int argc, char** argv, Flags& f) {
       f.lr = std::atof(v);
     } else if (flag == "--backend") {
       f.backend = v;
+    } else if (flag == "--checkpoint") {
+      f.checkpoint = v;
+    } else if (flag == "--checkpoint-every") {
+      f.checkpoint_every = std::atoll(v);
     } else {
       return false;
     }
   }
-  return f.width > 0 && f.depth > 0 && f.batch_size > 0 && f.steps > 0 && f.lr > 0;
+  return f.width > 0 && f.depth > 0 && f.batch_size > 0 && f.steps > 0 && f.lr > 0 &&
+         f.checkpoint_every >= 0 && (f.checkpoint_every == 0 || !f.checkpoint.empty());
 }
 
 // Linear + ReLU blocks of one width; forward calls each through its unit once sharded.
@@ -155,6 +167,17 @@ int train(const Flags& flags) {
   }
   auto forward = [&](const torch::Tensor& x) { return flags.ddp ? ddp->forward(x) : (*root)(x); };
   torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(flags.lr));
+  tdist::checkpoint::State state;
+  if (root) {
+    state.module(*root, *model).optimizer(optimizer, *root);
+  } else {
+    state.module(*model).optimizer(optimizer, *model);
+  }
+  std::optional<tdist::checkpoint::Checkpointer> checkpointer;
+  if (flags.checkpoint_every > 0)
+    checkpointer.emplace(flags.checkpoint, tdist::checkpoint::CheckpointOptions{.keep_last = 1});
+  int64_t saves = 0;
+  double blocked = 0;
 
   // The task: y = |sin(3x)|, elementwise; each rank its own batches.
   torch::manual_seed(100 + rank);
@@ -173,10 +196,16 @@ int train(const Flags& flags) {
     tdist::torch::all_reduce(mean, tdist::ReduceOpKind::kAvg);
     smoothed = step == 0 ? mean.item<double>() : 0.8 * smoothed + 0.2 * mean.item<double>();
     if (rank == 0) bar.update(step + 1, (step + 1) * flags.batch_size * world, smoothed);
+    if (checkpointer && (step + 1) % flags.checkpoint_every == 0) {
+      checkpointer->async_save(step + 1, state);
+      ++saves;
+      blocked += checkpointer->last_blocking_seconds();
+    }
   }
   if (rank == 0) bar.finish();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (checkpointer) checkpointer->wait();  // after the timing: the last save's tail
 
   // Every rank's memory, printed by rank 0: the parameters' and gradients' bytes (the
   // shards under fully_shard) and the peak RSS.
@@ -208,9 +237,12 @@ int train(const Flags& flags) {
     const double timed = static_cast<double>(std::max<int64_t>(1, flags.steps - 1));
     std::printf(
         "sharded-%s world=%d params=%.0f step_ms=%.1f samples_per_s=%.1f "
-        "peak_rss_mib=%.0f peak_above_baseline_mib=%.0f final_loss=%.4f\n",
+        "peak_rss_mib=%.0f peak_above_baseline_mib=%.0f final_loss=%.4f saves=%lld "
+        "save_block_ms=%.1f\n",
         flags.ddp ? "ddp" : "fully_shard", world, params, 1e3 * seconds / timed,
-        timed * static_cast<double>(flags.batch_size * world) / seconds, peak, peak_net, smoothed);
+        timed * static_cast<double>(flags.batch_size * world) / seconds, peak, peak_net, smoothed,
+        static_cast<long long>(saves),
+        saves > 0 ? 1e3 * blocked / static_cast<double>(saves) : 0.0);
   }
   tdist::destroy_process_group();
   return 0;

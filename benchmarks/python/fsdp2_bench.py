@@ -10,8 +10,15 @@ gradients (dist.reduce_scatter_single, op AVG: 16.8 MB in, 8.4 MB out); on CPU b
 are synchronous (async_op=False). With --ddp the same model is trained by PyTorch's
 DistributedDataParallel instead (whole parameters, gradients and Adam state on each rank).
 
+With --save-every K --save-dir DIR, the model's and Adam's state (model.state_dict() and
+opt.state_dict(), sharded under FSDP2) is saved with torch.distributed.checkpoint.async_save
+every K timed steps (one save in flight: the previous one's future is waited on first),
+and the line also has mean_step_ms (the mean, saving steps included), saves and
+save_block_ms (the training loop's time in async_save per save).
+
 usage: python3 fsdp2_bench.py BACKEND [comm] [--width N] [--depth N] [--batch N]
                               [--world N] [--steps N] [--ddp]      (BACKEND: gloo or tdist)
+                              [--save-every K --save-dir DIR]
 Prints one line: fsdp2-BACKEND (ddp-BACKEND with --ddp) world=W params=P step_ms=T
 samples_per_s=S peak_rss_mib=M peak_above_baseline_mib=N (T the median of the steps after
 the warm-up, each step from a barrier; S = WORLD * BATCH / T; M the largest of the ranks'
@@ -89,7 +96,10 @@ def run(rank, args, port):
     gen = torch.Generator().manual_seed(rank)
     x = torch.randn(args.batch, args.width, generator=gen)
     target = torch.randn(args.batch, args.width, generator=gen)
-    times = []
+    # async_save's collectives run in its background thread: on a group of their own, as
+    # PyTorch's documentation asks (on the training group they interleave with training's).
+    ckpt_group = dist.new_group(backend="gloo") if args.save_every else None
+    times, blocked, pending = [], [], None
     for step in range(WARMUP + args.steps):
         if step == WARMUP:
             log.clear()
@@ -98,8 +108,20 @@ def run(rank, args, port):
         opt.zero_grad()
         nn.functional.mse_loss(model(x), target).backward()
         opt.step()
+        if args.save_every and step >= WARMUP and (step - WARMUP + 1) % args.save_every == 0:
+            import torch.distributed.checkpoint as dcp
+            t0 = time.perf_counter()
+            if pending is not None:
+                pending.result()
+            pending = dcp.async_save({"model": model.state_dict(), "optim": opt.state_dict()},
+                                     checkpoint_id=os.path.join(args.save_dir, f"step-{step}"),
+                                     process_group=ckpt_group)
+            blocked.append(time.perf_counter() - t0)
         times.append(time.perf_counter() - start)
+    if pending is not None:
+        pending.result()
     step_s = statistics.median(times[WARMUP:])
+    mean_s = statistics.mean(times[WARMUP:])
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     mem = torch.tensor([peak, peak - baseline], dtype=torch.float64)
     dist.all_reduce(mem, op=dist.ReduceOp.MAX)
@@ -107,7 +129,9 @@ def run(rank, args, port):
         kind = "ddp" if args.ddp else "fsdp2"
         print(f"{kind}-{args.backend} world={args.world} params={params} "
               f"step_ms={step_s * 1e3:.1f} samples_per_s={args.world * args.batch / step_s:.1f} "
-              f"peak_rss_mib={mem[0].item():.0f} peak_above_baseline_mib={mem[1].item():.0f}",
+              f"peak_rss_mib={mem[0].item():.0f} peak_above_baseline_mib={mem[1].item():.0f} "
+              f"mean_step_ms={mean_s * 1e3:.1f} saves={len(blocked)} "
+              f"save_block_ms={statistics.mean(blocked) * 1e3 if blocked else 0:.1f}",
               flush=True)
         by_kind = collections.defaultdict(list)
         for name, size, seconds in log:
@@ -135,7 +159,11 @@ def main():
     p.add_argument("--world", type=int, default=2)
     p.add_argument("--steps", type=int, default=10, help="timed steps, after 3 warm-up ones")
     p.add_argument("--ddp", action="store_true", help="DistributedDataParallel instead")
+    p.add_argument("--save-every", type=int, default=0, help="async_save every K steps")
+    p.add_argument("--save-dir", help="where --save-every saves")
     args = p.parse_args()
+    if args.save_every and not args.save_dir:
+        p.error("--save-every needs --save-dir")
     args.comm = args.comm == "comm"
     mp.spawn(run, args=(args, free_port()), nprocs=args.world)
 

@@ -1,5 +1,5 @@
-// checkpoint::load (checkpoint.h): every rank reads the headers, plans and checks, reads
-// the byte ranges of its rows into buffers; the ranks agree; then the state is written.
+// checkpoint::load (checkpoint.h): every rank reads the headers, plans and checks; the
+// ranks agree; then each reads the byte ranges of its rows straight into the state.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -102,9 +102,17 @@ class Catalog {
     const SavedTensor* s = find(name);
     TDIST_CHECK(s != nullptr, InvalidArgument, "checkpoint: ", path_, " holds no tensor '", name,
                 "'");
-    std::vector<int64_t> shape = s->shape;
-    if (!shape.empty()) shape[0] = count;
-    ::torch::Tensor out = ::torch::empty(shape, ::torch::TensorOptions().dtype(s->dtype));
+    ::torch::Tensor out =
+        ::torch::empty(rows_shape(*s, count), ::torch::TensorOptions().dtype(s->dtype));
+    read_rows(name, first, count, &out);
+    return out;
+  }
+
+  // The same rows into `out` (contiguous, on the CPU, of the saved dtype, shaped as the
+  // rows); with `out` null only the check that the saved pieces cover them.
+  void read_rows(const std::string& name, int64_t first, int64_t count, ::torch::Tensor* out) {
+    const SavedTensor* s = find(name);
+    const bool scalar = s->shape.empty();
     const int64_t elem = static_cast<int64_t>(c10::elementSize(s->dtype));
     int64_t covered = 0;
     for (const Chunk& c : s->chunks) {
@@ -113,6 +121,8 @@ class Catalog {
       const int64_t lo = std::max(first, c0), hi = std::min(first + count, c0 + crows);
       if (lo >= hi) continue;
       const int64_t row_numel = product(c.shape, 1);
+      covered += (hi - lo) * row_numel;
+      if (out == nullptr) continue;
       const uint64_t begin = c.begin + static_cast<uint64_t>((lo - c0) * row_numel * elem);
       const uint64_t end = begin + static_cast<uint64_t>((hi - lo) * row_numel * elem);
       // A chunk of whole rows goes straight into `out`; one cut along other dims through a
@@ -121,26 +131,30 @@ class Catalog {
       for (size_t d = 1; d < c.shape.size(); ++d) {
         whole_rows = whole_rows && c.offsets[d] == 0 && c.shape[d] == s->shape[d];
       }
-      ::torch::Tensor dst = shape.empty() ? out : out.narrow(0, lo - first, hi - lo);
+      ::torch::Tensor dst = scalar ? *out : out->narrow(0, lo - first, hi - lo);
       if (whole_rows) {
         safetensors::read_range(fd(c.file), c.file, begin, end, dst.data_ptr());
       } else {
         std::vector<int64_t> piece = c.shape;
         piece[0] = hi - lo;
-        ::torch::Tensor buf = ::torch::empty(piece, out.options());
+        ::torch::Tensor buf = ::torch::empty(piece, out->options());
         safetensors::read_range(fd(c.file), c.file, begin, end, buf.data_ptr());
         for (size_t d = 1; d < c.shape.size(); ++d) {
           dst = dst.narrow(static_cast<int64_t>(d), c.offsets[d], c.shape[d]);
         }
         dst.copy_(buf);
       }
-      covered += (hi - lo) * row_numel;
     }
-    const int64_t want = shape.empty() ? 1 : count * product(s->shape, 1);
+    const int64_t want = scalar ? 1 : count * product(s->shape, 1);
     TDIST_CHECK(covered == want, InvalidArgument, "checkpoint: ", path_, ": the saved pieces of '",
                 name, "' cover ", covered, " of the ", want, " elements of rows ", first, " to ",
                 first + count, " (a file is missing, or the pieces overlap)");
-    return out;
+  }
+
+  static std::vector<int64_t> rows_shape(const SavedTensor& s, int64_t count) {
+    std::vector<int64_t> shape = s.shape;
+    if (!shape.empty()) shape[0] = count;
+    return shape;
   }
 
  private:
@@ -193,8 +207,8 @@ class Catalog {
   std::map<std::string, int> fds_;
 };
 
-// The buffer of target `t`: its rows read from the checkpoint, after the checks.
-::torch::Tensor read_target(Catalog& cat, const TensorEntry& t) {
+// Checks target `t` against the checkpoint (present, dtype, global shape, its rows covered).
+void check_target(Catalog& cat, const TensorEntry& t) {
   const SavedTensor* s = cat.find(t.name);
   TDIST_CHECK(s != nullptr, InvalidArgument, "checkpoint: ", cat.path(), " holds no tensor '",
               t.name, "' (a checkpoint of another model, or saved without it)");
@@ -205,9 +219,35 @@ class Catalog {
               "' is saved with shape ", c10::IntArrayRef(s->shape), " but the state's is ",
               c10::IntArrayRef(t.global_shape), " (in ", cat.path(), ")");
   const RowRange rows = rows_of(t);
-  if (rows.count == 0 || t.data.numel() == 0) return {};
-  ::torch::Tensor buf = cat.read(t.name, rows.first, rows.count);
-  return buf.reshape(t.data.sizes());
+  if (rows.count > 0 && t.data.numel() > 0) cat.read_rows(t.name, rows.first, rows.count, nullptr);
+}
+
+// Reads target `t`'s rows into it: straight into its memory when it is a contiguous CPU
+// tensor, else through a buffer.
+void fill_target(Catalog& cat, const TensorEntry& t) {
+  const RowRange rows = rows_of(t);
+  if (rows.count == 0 || t.data.numel() == 0) return;
+  const SavedTensor* s = cat.find(t.name);
+  if (t.data.device().is_cpu() && t.data.is_contiguous()) {
+    ::torch::Tensor view = t.data.view(Catalog::rows_shape(*s, rows.count));
+    cat.read_rows(t.name, rows.first, rows.count, &view);
+  } else {
+    t.data.copy_(cat.read(t.name, rows.first, rows.count).view(t.data.sizes()));
+  }
+}
+
+// Raises on every rank when any rank's `error` is not empty (the first such rank's).
+void agree(const std::shared_ptr<ProcessGroup>& group, int world, const std::string& error,
+           const std::string& path, const char* after) {
+  if (group && world > 1) {
+    const std::vector<std::string> all = all_gather_bytes(*group, error);
+    for (size_t r = 0; r < all.size(); ++r) {
+      TDIST_CHECK(all[r].empty(), InvalidArgument, "checkpoint: loading ", path, " failed on rank ",
+                  r, after, ": ", all[r]);
+    }
+  }
+  TDIST_CHECK(error.empty(), InvalidArgument, "checkpoint: loading ", path, " failed", after, ": ",
+              error);
 }
 
 }  // namespace
@@ -218,7 +258,6 @@ int64_t load(const std::string& path, const State& state, std::shared_ptr<Proces
   const int world = group ? group->size() : 1;
   std::unique_ptr<Catalog> cat;
   State::LoadTarget target;
-  std::vector<::torch::Tensor> buffers;
   std::string error;
   try {
     cat = std::make_unique<Catalog>(path);
@@ -232,23 +271,21 @@ int64_t load(const std::string& path, const State& state, std::shared_ptr<Proces
     };
     saved.value = [&](const std::string& name) { return cat->value(name); };
     target = state.load_target(rank, world, saved);
-    for (const TensorEntry& t : target.tensors) buffers.push_back(read_target(*cat, t));
+    for (const TensorEntry& t : target.tensors) check_target(*cat, t);
   } catch (const std::exception& e) {
     error = e.what();
   }
-  // Every rank raises, or none: no rank writes into its state unless all read everything.
-  if (group && world > 1) {
-    const std::vector<std::string> all = all_gather_bytes(*group, error);
-    for (size_t r = 0; r < all.size(); ++r) {
-      TDIST_CHECK(all[r].empty(), InvalidArgument, "checkpoint: loading ", path, " failed on rank ",
-                  r, ": ", all[r]);
-    }
-  }
-  TDIST_CHECK(error.empty(), InvalidArgument, "checkpoint: loading ", path, " failed: ", error);
+  // Every check passed on every rank, or every rank raises with nothing overwritten.
+  agree(group, world, error, path, "");
   ::torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < target.tensors.size(); ++i) {
-    if (buffers[i].defined()) target.tensors[i].data.copy_(buffers[i]);
+  try {
+    for (const TensorEntry& t : target.tensors) fill_target(*cat, t);
+  } catch (const std::exception& e) {
+    error = e.what();
   }
+  // Only an I/O error can fail here (the sizes were checked): the state is then partly
+  // loaded, and every rank says so.
+  agree(group, world, error, path, " while reading (the state is partly loaded: load again)");
   for (const auto& apply : target.apply) apply();
   return cat->step();
 }

@@ -3,10 +3,14 @@
 // renames the folder into place (docs/checkpoint.md: "The commit").
 #include "checkpoint_save.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -88,6 +92,19 @@ void check_names(const State::Snapshot& s) {
 
 }  // namespace
 
+Checkpointer::Impl::Image::Image(size_t cap) : capacity(cap) {
+  // Its own mapping, faulted in at once (MAP_POPULATE: in bulk, several times faster than a
+  // fault per page), of small pages: huge ones are compacted on fault where THP is in
+  // madvise mode, which measured 4x slower here.
+  void* p = ::mmap(nullptr, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                   -1, 0);
+  TDIST_CHECK(p != MAP_FAILED, Error, "checkpoint: cannot map ", cap,
+              " bytes of staging memory: ", std::strerror(errno));
+  data = static_cast<char*>(p);
+}
+
+Checkpointer::Impl::Image::~Image() { ::munmap(data, capacity); }
+
 Checkpointer::Impl::Impl(std::string d, CheckpointOptions o)
     : dir(std::move(d)), options(std::move(o)) {
   TDIST_CHECK(!dir.empty(), InvalidArgument, "checkpoint: the folder name is empty");
@@ -124,26 +141,34 @@ void Checkpointer::Impl::start(int64_t step, const State& state, bool stage) {
                            t.replicated};
   }
   const std::vector<size_t> mine = plan_writes(snap.tensors, rank, world);
-  if (staging.size() < mine.size()) staging.resize(mine.size());
   ::torch::NoGradGuard no_grad;
-  for (size_t k = 0; k < mine.size(); ++k) {
-    const TensorEntry& t = snap.tensors[mine[k]];
+  for (size_t i : mine) {
+    const TensorEntry& t = snap.tensors[i];
     std::vector<int64_t> offsets(t.global_shape.size(), 0);
     if (!offsets.empty() && !t.replicated) offsets[0] = t.offset;
     ::torch::Tensor data = t.data.detach();
     if (t.global_shape.empty()) data = data.reshape({});
-    if (stage) {
-      // Host buffers kept between saves: same shape and dtype, the same buffer again.
-      ::torch::Tensor& buf = staging[k];
-      if (!buf.defined() || buf.sizes() != data.sizes() || buf.dtype() != data.dtype()) {
-        buf = ::torch::empty(data.sizes(), data.options().device(::torch::kCPU));
-      }
-      buf.copy_(data);
-      data = buf;
-    } else if (!data.device().is_cpu() || !data.is_contiguous()) {
+    if (!stage && (!data.device().is_cpu() || !data.is_contiguous())) {
       data = data.contiguous().cpu();
     }
     job.items.push_back({t.name, data, offsets});
+  }
+  if (stage && !job.items.empty()) {
+    // The file's image: the header, then each tensor copied to its place (a buffer kept
+    // between saves, so only the first save faults its pages in).
+    const safetensors::Layout l = safetensors::layout(job.items);
+    const size_t need = (l.size + safetensors::kImageAlign - 1) / safetensors::kImageAlign *
+                        safetensors::kImageAlign;
+    if (!image || image->capacity < need) image = std::make_shared<Image>(need);
+    std::memcpy(image->data, l.head.data(), l.head.size());
+    for (size_t k = 0; k < job.items.size(); ++k) {
+      const ::torch::Tensor& src = job.items[k].data;
+      ::torch::from_blob(image->data + l.begin[k], src.sizes(), src.options().device(::torch::kCPU))
+          .copy_(src);
+    }
+    job.image = image;
+    job.image_size = l.size;
+    job.items.clear();
   }
   if (group && world > 1) {
     const int64_t n = group->store()->add("tdist_checkpoint/saves", 1);
@@ -209,8 +234,12 @@ void Checkpointer::Impl::run(const Job& job) {
   ordered_json report = {{"signature", job.signature}};
   std::string error;
   try {
-    if (!job.items.empty()) {
-      const std::string name = files::rank_file(rank);
+    const std::string name = files::rank_file(rank);
+    if (job.image) {
+      safetensors::write_image(tmp + "/" + name, job.image->data, job.image_size);
+      report["file"] = name;
+      report["bytes"] = job.image_size;
+    } else if (!job.items.empty()) {
       report["file"] = name;
       report["bytes"] = safetensors::write_file(tmp + "/" + name, job.items);
     }
@@ -265,13 +294,17 @@ void Checkpointer::Impl::run(const Job& job) {
     files::write_synced(tmp + "/" + files::kIndex, files::to_json(index));
     files::fsync_path(tmp);
     files::commit_rename(tmp, final_dir);
-    prune(final_dir);
   } catch (const std::exception& e) {
     commit = std::string("checkpoint of step ") + std::to_string(job.step) + " failed: " + e.what();
     files::remove_tree(tmp);
   }
   if (store) store->set(job.keys + "commit", commit);
   TDIST_CHECK(commit == "ok", Error, commit);
+  try {
+    prune(final_dir);  // committed: the other ranks need not wait for this
+  } catch (const std::exception& e) {
+    TDIST_LOG(kWarn) << "checkpoint: removing old checkpoints of " << dir << ": " << e.what();
+  }
 }
 
 // After a commit: temporary folders of earlier saves that never finished, and the oldest

@@ -161,19 +161,19 @@ Header read_header(const std::string& path) {
   return h;
 }
 
-uint64_t write_file(const std::string& path, const std::vector<WriteItem>& items,
-                    const std::map<std::string, std::string>& extra) {
+Layout layout(const std::vector<WriteItem>& items,
+              const std::map<std::string, std::string>& extra) {
   ordered_json header = ordered_json::object();
   ordered_json sharding = ordered_json::object();
+  Layout out;
   uint64_t offset = 0;
   for (const WriteItem& item : items) {
-    TDIST_CHECK(item.data.device().is_cpu() && item.data.is_contiguous(), InvalidArgument,
-                "checkpoint: '", item.name, "' must be staged as a contiguous CPU tensor");
     const uint64_t bytes = item.data.numel() * item.data.element_size();
     header[item.name] = {{"dtype", dtype_name(item.data.scalar_type(), item.name)},
                          {"shape", item.data.sizes().vec()},
                          {"data_offsets", {offset, offset + bytes}}};
     sharding[item.name] = {{"saved_offsets", item.offsets}};
+    out.begin.push_back(offset);
     offset += bytes;
   }
   ordered_json meta = {
@@ -182,14 +182,25 @@ uint64_t write_file(const std::string& path, const std::vector<WriteItem>& items
   header["__metadata__"] = meta;
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
-  unsigned char len_bytes[8];
-  for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<unsigned char>(text.size() >> (8 * i));
+  out.head.resize(8);
+  for (int i = 0; i < 8; ++i) out.head[i] = static_cast<char>(text.size() >> (8 * i));
+  out.head += text;
+  for (uint64_t& b : out.begin) b += out.head.size();
+  out.size = out.head.size() + offset;
+  return out;
+}
 
+uint64_t write_file(const std::string& path, const std::vector<WriteItem>& items,
+                    const std::map<std::string, std::string>& extra) {
+  for (const WriteItem& item : items) {
+    TDIST_CHECK(item.data.device().is_cpu() && item.data.is_contiguous(), InvalidArgument,
+                "checkpoint: '", item.name, "' must be a contiguous CPU tensor to be written");
+  }
+  const Layout l = layout(items, extra);
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   TDIST_CHECK(fd >= 0, Error, "checkpoint: cannot create ", path, ": ", errno_text());
   try {
-    write_all(fd, path, len_bytes, 8);
-    write_all(fd, path, text.data(), text.size());
+    write_all(fd, path, l.head.data(), l.head.size());
     for (const WriteItem& item : items) {
       write_all(fd, path, item.data.data_ptr(), item.data.numel() * item.data.element_size());
     }
@@ -199,7 +210,30 @@ uint64_t write_file(const std::string& path, const std::vector<WriteItem>& items
     throw;
   }
   TDIST_CHECK(::close(fd) == 0, Error, "checkpoint: closing ", path, ": ", errno_text());
-  return 8 + text.size() + offset;
+  return l.size;
+}
+
+void write_image(const std::string& path, const char* image, uint64_t size) {
+  // O_DIRECT: the disk reads the image itself (no copy into the page cache, no CPU taken
+  // from training); whole blocks only, so the last one is written padded and the file cut
+  // back to `size`. Where the filesystem refuses O_DIRECT (tmpfs), a plain write.
+  const uint64_t padded = (size + kImageAlign - 1) / kImageAlign * kImageAlign;
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
+  const bool direct = fd >= 0;
+  if (!direct) fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  TDIST_CHECK(fd >= 0, Error, "checkpoint: cannot create ", path, ": ", errno_text());
+  try {
+    write_all(fd, path, image, direct ? padded : size);
+    if (direct && padded != size) {
+      TDIST_CHECK(::ftruncate(fd, static_cast<off_t>(size)) == 0, Error, "checkpoint: truncating ",
+                  path, ": ", errno_text());
+    }
+    TDIST_CHECK(::fsync(fd) == 0, Error, "checkpoint: fsync ", path, ": ", errno_text());
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  TDIST_CHECK(::close(fd) == 0, Error, "checkpoint: closing ", path, ": ", errno_text());
 }
 
 void read_range(int fd, const std::string& path, uint64_t begin, uint64_t end, void* dst) {

@@ -43,16 +43,32 @@ struct Header {
 // InvalidArgument naming the file (and the tensor) otherwise.
 Header read_header(const std::string& path);
 
-// Writes a file of `items` (each data a contiguous CPU tensor of the item's dtype and
-// shape, in order) with DCP's metadata plus `extra` metadata; fsyncs it before returning.
-// Returns the file's size. InvalidArgument / Error (errno text) naming the file on failure.
+// A file of `items` (each data a tensor of the item's dtype and shape; only its metadata is
+// read here), with DCP's metadata plus `extra`: `head` is the file's first bytes (length
+// and header), begin[i] where item i's bytes start, size the file's size.
 struct WriteItem {
   std::string name;
   ::torch::Tensor data;
   std::vector<int64_t> offsets;
 };
+struct Layout {
+  std::string head;
+  std::vector<uint64_t> begin;
+  uint64_t size = 0;
+};
+Layout layout(const std::vector<WriteItem>& items,
+              const std::map<std::string, std::string>& extra = {});
+
+// Writes the file of `items` (contiguous CPU tensors) from their memory and fsyncs it;
+// returns its size. Error (errno's text) naming the file on failure.
 uint64_t write_file(const std::string& path, const std::vector<WriteItem>& items,
                     const std::map<std::string, std::string>& extra = {});
+
+// Writes `size` bytes of a whole file's image (the head, then the items at their begin) and
+// fsyncs it. `image` must be kImageAlign-aligned with room for `size` rounded up to it: the
+// write bypasses the page cache (O_DIRECT) where the filesystem allows.
+inline constexpr uint64_t kImageAlign = 4096;
+void write_image(const std::string& path, const char* image, uint64_t size);
 
 // Reads bytes [begin, end) of an open file into dst (pread until done); Error naming
 // `path` on a short read or an I/O error.

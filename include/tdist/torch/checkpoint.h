@@ -64,11 +64,12 @@
 // HuggingFaceStorageWriter wrote). Every entry of the state must be in it, with the same
 // global shape and dtype; entries of the checkpoint the state does not name are ignored.
 // Each rank first reads the files' headers and checks everything: a missing or truncated
-// file, a tensor missing, of another shape or dtype, rows nobody saved; then reads the bytes
-// it needs into buffers; the ranks then agree (one all_gather of errors) and only if no rank
-// failed does any rank write into the state. An error names the checkpoint, the file and the
-// tensor, and raises on every rank (tdist::InvalidArgument), before any
-// value is overwritten. load returns the step the checkpoint was saved at (-1 for one
+// file, a tensor missing, of another shape or dtype, rows nobody saved. The ranks agree (one
+// all_gather of errors), and only if no rank found a problem does any rank read its rows,
+// straight into the state's tensors (only an I/O error of the disk can then fail: every rank
+// raises, saying the state is partly loaded). An error names the checkpoint, the file and
+// the tensor, and raises on every rank (tdist::InvalidArgument), before any value is
+// overwritten. load returns the step the checkpoint was saved at (-1 for one
 // PyTorch wrote, which has no step).
 //
 // Thread-safety: one thread at a time per Checkpointer; the background write touches only
