@@ -4,8 +4,8 @@
 //   checkpoint_bench DIR MIB [ROUNDS]                (one process)
 //   tdistrun --standalone --nproc-per-node 2 checkpoint_bench DIR MIB [ROUNDS]
 //
-// The state is MIB MiB of float tensors in all, sharded over the ranks (each rank's rows of
-// tensors of 256 MiB). Each round saves it (collective, fsync'd, committed), evicts the
+// The state is MIB MiB of float tensors (random bits) in all, sharded over the ranks (each rank's
+// rows of tensors of 256 MiB). Each round saves it (collective, fsync'd, committed), evicts the
 // files from the page cache (posix_fadvise DONTNEED), and loads it back into the same
 // tensors; rank 0 prints per round "save_s=.. write_mib_s=.. load_s=.. read_mib_s=..", the
 // time from a barrier before to a barrier after, over the whole state's bytes.
@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,7 +65,11 @@ int run(int argc, char** argv) {
   for (int64_t i = 0; i < tensors; ++i) {
     const int64_t first = rank * mine;
     const int64_t rows = rank == world - 1 ? tensor_rows - first : mine;
-    shards.push_back(torch::rand({rows, kCols}));
+    // Random bits (incompressible, like dd's /dev/urandom source: a disk that compresses
+    // would favour floats in [0, 1)), viewed as floats.
+    shards.push_back(torch::randint(std::numeric_limits<int32_t>::min(),
+                                    std::numeric_limits<int32_t>::max(), {rows, kCols}, torch::kInt)
+                         .view(torch::kFloat));
     state.shard("w" + std::to_string(i), shards.back(), {tensor_rows, kCols}, first);
   }
   const double total_mib = static_cast<double>(tensors * tensor_rows * kCols * 4) / (1 << 20);

@@ -237,8 +237,9 @@ void fill_target(Catalog& cat, const TensorEntry& t) {
 }
 
 // Raises on every rank when any rank's `error` is not empty (the first such rank's).
-void agree(const std::shared_ptr<ProcessGroup>& group, int world, const std::string& error,
+void agree(const std::shared_ptr<ProcessGroup>& group, int world, std::string error,
            const std::string& path, const char* after) {
+  if (error.rfind("checkpoint: ", 0) == 0) error.erase(0, 12);  // said once, in front
   if (group && world > 1) {
     const std::vector<std::string> all = all_gather_bytes(*group, error);
     for (size_t r = 0; r < all.size(); ++r) {

@@ -6,7 +6,6 @@
 // Skipped where python3 has no torch >= 2.4 with DCP's HuggingFace storage and safetensors,
 // and in trees built with LibTorch 1.x.
 #include <gtest/gtest.h>
-
 #include <torch/version.h>
 
 #include <string>

@@ -1,7 +1,8 @@
 // Distributed checkpoints with ranks as processes (torch_checkpoint_worker under tdistrun):
 // saved by N ranks under fully_shard and loaded on M under fully_shard, replicated (DDP) or
-// in a single process, N, M in {1, 2, 3, 4}, the parameters bit for bit and the next step's
-// within 1e-5 (optimizer state, sampler and values with them); a rank SIGKILLed while the
+// in a single process, N, M in {1, 2, 3, 4}, the parameters bit for bit, the rest of the
+// epoch on the samplers exactly once, and the next step's parameters within 1e-5 (the
+// optimizer state with them); a truncated file fails on every rank; a rank SIGKILLed while the
 // job saves, rank 1 or rank 0, leaves the last complete checkpoint loadable. Every job is
 // killed past its own limit (then the test fails, with the job's output).
 #include <gtest/gtest.h>
@@ -71,6 +72,26 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple(1, 3, "ddp"), std::make_tuple(2, 4, "ddp"),
                       std::make_tuple(4, 1, "single"), std::make_tuple(3, 1, "single")),
     name);
+
+// A file of a checkpoint saved on 2 ranks cut short: a load on 3 ranks fails on every rank,
+// each naming the file, and no rank trains on.
+TEST(CheckpointBadInput, ATruncatedFileFailsOnEveryRankNamingIt) {
+  TempDir dir;
+  std::string out;
+  ASSERT_EQ(run_command(launch(2, "auto fully_shard save " + dir.path()), &out), 0) << out;
+  const std::string file =
+      dir.path() + "/step-00000003/shard-00002-model-00001-of-00001.safetensors";
+  ASSERT_EQ(run_command("truncate -s -4 " + file, &out), 0) << out;
+  EXPECT_NE(run_command(launch(3, "tcp fully_shard load " + dir.path()), &out), 0) << out;
+  for (int r = 0; r < 3; ++r) {
+    const std::string prefix = "checkpoint_worker rank " + std::to_string(r) + ": ";
+    const size_t at = out.find(prefix);
+    ASSERT_NE(at, std::string::npos) << "rank " << r << " reported nothing:\n" << out;
+    const std::string line = out.substr(at, out.find('\n', at) - at);
+    EXPECT_NE(line.find(file + " is"), std::string::npos) << line;
+    EXPECT_NE(line.find("truncated"), std::string::npos) << line;
+  }
+}
 
 // Runs the worker's loop on 2 ranks, SIGKILLs `victim` while a save is under way (a
 // temporary folder holds a rank's file, after at least one commit), then loads the latest

@@ -6,8 +6,9 @@
 //     ACTION save: train 3 steps with Adam, save step 3 to DIR, write DIR/ref-3.txt (the
 //                  parameters saved) and DIR/ref-3-next.txt (after one more step);
 //            load: load DIR/step-00000003 (or $CKPT_PATH), check the parameters bit for bit
-//                  against DIR/ref-3.txt, take one step, check against ref-3-next.txt
-//                  within 1e-5 relative;
+//                  against DIR/ref-3.txt and that the ranks' samplers hold the rest of the
+//                  epoch exactly once, take one step, check against ref-3-next.txt within
+//                  1e-5 relative;
 //            loop: train with an async save after every step (keep_last 2), rank 0 writing
 //                  DIR/ref-<step>.txt before each save, each rank its pid to
 //                  DIR/pid-<rank>, until killed (at most 10000 steps);
@@ -23,6 +24,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -36,6 +38,7 @@
 #include <utility>
 #include <vector>
 
+#include "tdist/bytes_collectives.h"
 #include "tdist/distributed.h"
 #include "tdist/torch/checkpoint.h"
 #include "tdist/torch/ddp.h"
@@ -48,6 +51,7 @@ constexpr int64_t kWidth = 37;
 constexpr int64_t kOut = 5;
 constexpr int kBlocks = 3;
 constexpr int64_t kGlobalBatch = 12;
+constexpr int64_t kSamplerSeed = 7;
 
 struct Net : torch::nn::Module {
   Net() {
@@ -121,8 +125,8 @@ class Job {
     }
     optimizer_ =
         std::make_unique<torch::optim::Adam>(net_->parameters(), torch::optim::AdamOptions(1e-2));
-    sampler_.emplace(kGlobalBatch * 10000,
-                     tdist::torch::DistributedSamplerOptions{world_, rank_, true, 7, false});
+    sampler_.emplace(kGlobalBatch * 10000, tdist::torch::DistributedSamplerOptions{
+                                               world_, rank_, true, kSamplerSeed, false});
     add_model(state_);
     if (root_) {
       state_.optimizer(*optimizer_, *root_);
@@ -163,6 +167,40 @@ class Job {
   int rank() const { return rank_; }
   int64_t step() const { return step_; }
   const tdist::checkpoint::State& state() const { return state_; }
+
+  // Exactly once: the saving job's ranks read global positions [0, 36) of epoch 0 (3 steps
+  // of 12 samples); the loaded samplers of this job's ranks must hold every other sample of
+  // the epoch once (padding aside). 0 when they do, else 1 (on every rank).
+  int check_sampler() const {
+    tdist::torch::DistributedSampler copy = *sampler_;
+    copy.reset();
+    std::string mine;
+    for (size_t p = 0; p < copy.num_real_samples(); ++p) {
+      const auto index = static_cast<int64_t>(copy.indices()[p]);
+      mine.append(reinterpret_cast<const char*>(&index), sizeof index);
+    }
+    std::vector<std::string> all = {mine};
+    if (mode_ != "single") all = tdist::all_gather_bytes(mine);
+    std::vector<int64_t> got;
+    for (const std::string& bytes : all) {
+      for (size_t i = 0; i + sizeof(int64_t) <= bytes.size(); i += sizeof(int64_t)) {
+        int64_t v = 0;
+        std::memcpy(&v, bytes.data() + i, sizeof v);
+        got.push_back(v);
+      }
+    }
+    const tdist::torch::DistributedSampler whole(sampler_->dataset_size(),
+                                                 {1, 0, true, kSamplerSeed, false});
+    std::vector<int64_t> want(whole.indices().begin() + 36, whole.indices().end());
+    std::sort(got.begin(), got.end());
+    std::sort(want.begin(), want.end());
+    if (got == want) return 0;
+    std::fprintf(stderr,
+                 "checkpoint_worker: after the load the ranks hold %zu samples of the "
+                 "epoch's remaining %zu (or others)\n",
+                 got.size(), want.size());
+    return 1;
+  }
 
  private:
   std::string mode_;
@@ -281,6 +319,7 @@ int run(int argc, char** argv) {
     auto loaded = job.full_params();
     if (job.rank() == 0 && check_ref(ref + ".txt", loaded, 0) != 0) return 1;
     if (action == "verify") return 0;
+    if (job.check_sampler() != 0) return 1;
     job.train_step();
     auto next = job.full_params();
     if (job.rank() == 0 && check_ref(ref + "-next.txt", next, 1e-5) != 0) return 1;
@@ -319,7 +358,8 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "checkpoint_worker: %s\n", e.what());
+    const char* rank = std::getenv("RANK");
+    std::fprintf(stderr, "checkpoint_worker rank %s: %s\n", rank != nullptr ? rank : "-", e.what());
     return 1;
   }
 }

@@ -41,7 +41,9 @@
 //    this rank's rows [offset, offset + rows.size(0)) of a tensor of global_shape;
 //  - value(name, &v): an int64_t, double or std::string, the same on every rank (rank 0's
 //    is saved; load sets it on every rank).
-// Tensors may be on a CUDA device (copied through the host).
+// Tensors may be on a CUDA device (copied through the host). module() and optimizer() take
+// the parameters' tensors when called: build the State after the model is on its device
+// and wrapped (fully_shard, DDP), and after the optimizer is made.
 //
 // Saving (collective over the checkpointer's group: every rank calls it, with the same
 // step, in the same order as its other saves): the step's checkpoint is written to a
@@ -51,8 +53,10 @@
 // saving leaves the previous checkpoints intact and loadable. latest(dir) is the last
 // complete one. Saving a step that exists replaces it atomically. keep_last > 0 removes the
 // oldest complete ones beyond that count after a commit.
-//  - async_save copies the state into host buffers kept between saves (on this thread,
-//    blocking for the copy only) and writes in a background thread; one save is in flight at
+//  - async_save copies what this rank writes into its file's image in memory (on this
+//    thread, blocking for the copy only; the image is kept between saves, so only the first
+//    save faults its pages in) and a background thread writes it with direct I/O (O_DIRECT:
+//    no page-cache copy competing with training) and commits; one save is in flight at
 //    a time (a second waits for the first); wait() returns once it is committed on every
 //    rank. A failed save (a full disk, another rank's error, a rank that never reported
 //    within `timeout`) raises on every rank from wait() or the next async_save/save.
