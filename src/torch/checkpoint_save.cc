@@ -126,15 +126,12 @@ void Checkpointer::Impl::wait() {
   }
 }
 
-void Checkpointer::Impl::start(int64_t step, const State& state, bool stage) {
-  wait();
-  TDIST_CHECK(step >= 0, InvalidArgument, "checkpoint: step ", step, " must be >= 0");
-  const auto t0 = Clock::now();
-  Job job;
-  job.step = step;
+// What this rank saves: the entries, the index's part, and the items it writes (staged into
+// the file's image when `stage`).
+void Checkpointer::Impl::prepare(Job& job, const State& state, bool stage) {
   State::Snapshot snap = state.snapshot(rank, world);
   check_names(snap);
-  job.signature = signature(snap);
+  job.signature = "step " + std::to_string(job.step) + "\n" + signature(snap);
   job.values = snap.values;
   for (const TensorEntry& t : snap.tensors) {
     job.tensors[t.name] = {safetensors::dtype_name(t.data.scalar_type(), t.name), t.global_shape,
@@ -170,9 +167,42 @@ void Checkpointer::Impl::start(int64_t step, const State& state, bool stage) {
     job.image_size = l.size;
     job.items.clear();
   }
+}
+
+// A save this rank could not start: its error where the others wait for it (rank 0's
+// folder, or this rank's report), so that every rank raises it instead of timing out.
+void Checkpointer::Impl::abandon(const Job& job, const std::string& error) noexcept {
+  try {
+    Store& store = *group->store();
+    if (rank == 0) {
+      store.set(job.keys + "tmp", "error " + error);
+    } else {
+      store.set(job.keys + "done/" + std::to_string(rank), ordered_json{{"error", error}}.dump());
+      store.add(job.keys + "reported", 1);
+    }
+  } catch (const std::exception& e) {
+    TDIST_LOG(kError) << "checkpoint: could not tell the other ranks that this one failed: "
+                      << e.what();
+  }
+}
+
+void Checkpointer::Impl::start(int64_t step, const State& state, bool stage) {
+  wait();
+  const auto t0 = Clock::now();
+  Job job;
+  job.step = step;
+  // The save's number first (every rank adds 1; the same number on every rank): a rank
+  // that fails below still has its place, and puts its error where the others look.
   if (group && world > 1) {
     const int64_t n = group->store()->add("tdist_checkpoint/saves", 1);
     job.keys = "tdist_checkpoint/" + std::to_string((n - 1) / world) + "/";
+  }
+  try {
+    TDIST_CHECK(step >= 0, InvalidArgument, "checkpoint: step ", step, " must be >= 0");
+    prepare(job, state, stage);
+  } catch (const std::exception& e) {
+    if (!job.keys.empty()) abandon(job, e.what());
+    throw;
   }
   blocking = std::chrono::duration<double>(Clock::now() - t0).count();
   if (stage) {
@@ -287,8 +317,8 @@ void Checkpointer::Impl::run(const Job& job) {
                   rep.value("error", std::string()));
       TDIST_CHECK(rep.value("signature", std::string()) == job.signature, InvalidArgument, "rank ",
                   r,
-                  " saves other entries than rank 0 (names, dtypes or shapes differ): every "
-                  "rank must build the same State");
+                  " saves other entries than rank 0 (names, dtypes or shapes differ, or "
+                  "another step): every rank must build the same State and save the same step");
       if (rep.contains("file")) index.files[rep["file"]] = rep["bytes"].get<uint64_t>();
     }
     files::write_synced(tmp + "/" + files::kIndex, files::to_json(index));

@@ -45,6 +45,8 @@ struct Checkpointer::Impl {
   // Snapshots `state`; with `stage`, copies what this rank writes into its file's image
   // (then writes it in the background), else writes and commits at once.
   void start(int64_t step, const State& state, bool stage);
+  void prepare(Job& job, const State& state, bool stage);
+  void abandon(const Job& job, const std::string& error) noexcept;
   void run(const Job& job);
   void prune(const std::string& committed);
 

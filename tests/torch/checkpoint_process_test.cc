@@ -2,7 +2,8 @@
 // saved by N ranks under fully_shard and loaded on M under fully_shard, replicated (DDP) or
 // in a single process, N, M in {1, 2, 3, 4}, the parameters bit for bit, the rest of the
 // epoch on the samplers exactly once, and the next step's parameters within 1e-5 (the
-// optimizer state with them); a truncated file fails on every rank; a rank SIGKILLed while the
+// optimizer state with them); a truncated file, or one rank unable to save, fails on every
+// rank; a rank SIGKILLed while the
 // job saves, rank 1 or rank 0, leaves the last complete checkpoint loadable. Every job is
 // killed past its own limit (then the test fails, with the job's output).
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 
 #include "support/run_command.h"
 #include "support/temp_dir.h"
+#include "tdist/torch/checkpoint.h"
 #include "torch_test_paths.h"
 
 namespace tdist::torch::checkpoint_process_test {
@@ -91,6 +93,25 @@ TEST(CheckpointBadInput, ATruncatedFileFailsOnEveryRankNamingIt) {
     EXPECT_NE(line.find(file + " is"), std::string::npos) << line;
     EXPECT_NE(line.find("truncated"), std::string::npos) << line;
   }
+}
+
+// One rank's save fails before it writes anything (a tensor the format cannot hold): the
+// other rank raises too, naming it, within the job's limit instead of the save's timeout.
+TEST(CheckpointBadInput, ARankThatCannotSaveFailsEveryRank) {
+  TempDir dir;
+  std::string out;
+  EXPECT_NE(run_command(launch(2, "tcp fully_shard save_bad " + dir.path()), &out), 0) << out;
+  for (int r = 0; r < 2; ++r) {
+    const std::string prefix = "checkpoint_worker rank " + std::to_string(r) + ": ";
+    const size_t at = out.find(prefix);
+    ASSERT_NE(at, std::string::npos) << "rank " << r << " reported nothing:\n" << out;
+    const std::string line = out.substr(at, out.find('\n', at) - at);
+    EXPECT_NE(line.find("'bad' has dtype ComplexFloat"), std::string::npos) << line;
+    if (r == 0) {
+      EXPECT_NE(line.find("rank 1"), std::string::npos) << line;
+    }
+  }
+  EXPECT_FALSE(tdist::checkpoint::latest(dir.path()));
 }
 
 // Runs the worker's loop on 2 ranks, SIGKILLs `victim` while a save is under way (a

@@ -15,7 +15,9 @@
 //            verify: load the latest complete checkpoint of DIR and check it against its
 //                  ref-<step>.txt;
 //            load_model: load the model only from DIR/ckpt (saved by PyTorch:
-//                  checkpoint_interop.py save) and check it against DIR/ref-py.txt.
+//                  checkpoint_interop.py save) and check it against DIR/ref-py.txt;
+//            save_bad: save where rank 1 alone names a complex tensor (which the format
+//                  cannot hold): every rank must fail.
 // The model and data are sharded_parity_worker's (tests/torch/fsdp2_parity.py builds the
 // same in Python): 3 blocks of Linear(37, 37) + ReLU, then Linear(37, 5); the load side
 // starts from other values (zeros) so that only the checkpoint can make them equal.
@@ -286,8 +288,9 @@ int check_ref(const std::string& path,
 
 int run(int argc, char** argv) {
   if (argc != 5) {
-    std::fprintf(stderr,
-                 "usage: checkpoint_worker BACKEND MODE save|load|loop|verify|load_model DIR\n");
+    std::fprintf(
+        stderr,
+        "usage: checkpoint_worker BACKEND MODE save|load|loop|verify|load_model|save_bad DIR\n");
     return 2;
   }
   const std::string backend = argv[1], mode = argv[2], action = argv[3], dir = argv[4];
@@ -323,6 +326,14 @@ int run(int argc, char** argv) {
     job.train_step();
     auto next = job.full_params();
     if (job.rank() == 0 && check_ref(ref + "-next.txt", next, 1e-5) != 0) return 1;
+    return 0;
+  }
+  if (action == "save_bad") {
+    // Rank 1 alone names a tensor the format cannot hold: every rank must raise, naming it.
+    tdist::checkpoint::State state = job.state();
+    torch::Tensor bad = torch::zeros({2}, torch::kComplexFloat);
+    if (job.rank() == 1) state.tensor("bad", bad);
+    tdist::checkpoint::save(dir, 1, state);
     return 0;
   }
   if (action == "load_model") {
