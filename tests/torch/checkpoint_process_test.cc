@@ -75,6 +75,17 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple(4, 1, "single"), std::make_tuple(3, 1, "single")),
     name);
 
+// The line in which the worker of rank `r` reported its error ("" when none: a failure).
+std::string error_of_rank(const std::string& out, int r) {
+  const std::string prefix = "checkpoint_worker rank " + std::to_string(r) + ": ";
+  const size_t at = out.find(prefix);
+  if (at == std::string::npos) {
+    ADD_FAILURE() << "rank " << r << " reported nothing:\n" << out;
+    return "";
+  }
+  return out.substr(at, out.find('\n', at) - at);
+}
+
 // A file of a checkpoint saved on 2 ranks cut short: a load on 3 ranks fails on every rank,
 // each naming the file, and no rank trains on.
 TEST(CheckpointBadInput, ATruncatedFileFailsOnEveryRankNamingIt) {
@@ -86,10 +97,7 @@ TEST(CheckpointBadInput, ATruncatedFileFailsOnEveryRankNamingIt) {
   ASSERT_EQ(run_command("truncate -s -4 " + file, &out), 0) << out;
   EXPECT_NE(run_command(launch(3, "tcp fully_shard load " + dir.path()), &out), 0) << out;
   for (int r = 0; r < 3; ++r) {
-    const std::string prefix = "checkpoint_worker rank " + std::to_string(r) + ": ";
-    const size_t at = out.find(prefix);
-    ASSERT_NE(at, std::string::npos) << "rank " << r << " reported nothing:\n" << out;
-    const std::string line = out.substr(at, out.find('\n', at) - at);
+    const std::string line = error_of_rank(out, r);
     EXPECT_NE(line.find(file + " is"), std::string::npos) << line;
     EXPECT_NE(line.find("truncated"), std::string::npos) << line;
   }
@@ -102,10 +110,7 @@ TEST(CheckpointBadInput, ARankThatCannotSaveFailsEveryRank) {
   std::string out;
   EXPECT_NE(run_command(launch(2, "tcp fully_shard save_bad " + dir.path()), &out), 0) << out;
   for (int r = 0; r < 2; ++r) {
-    const std::string prefix = "checkpoint_worker rank " + std::to_string(r) + ": ";
-    const size_t at = out.find(prefix);
-    ASSERT_NE(at, std::string::npos) << "rank " << r << " reported nothing:\n" << out;
-    const std::string line = out.substr(at, out.find('\n', at) - at);
+    const std::string line = error_of_rank(out, r);
     EXPECT_NE(line.find("'bad' has dtype ComplexFloat"), std::string::npos) << line;
     if (r == 0) {
       EXPECT_NE(line.find("rank 1"), std::string::npos) << line;
