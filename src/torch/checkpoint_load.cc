@@ -46,7 +46,8 @@ class Catalog {
     TDIST_CHECK(files::exists(path_), InvalidArgument, "checkpoint: ", path_, " does not exist");
     std::vector<std::string> names;
     const std::string index_path = path_ + "/" + files::kIndex;
-    if (files::exists(index_path)) {
+    const bool indexed = files::exists(index_path);
+    if (indexed) {
       const files::Index index = files::parse_index(files::read_text(index_path), index_path);
       step_ = index.step;
       values_ = index.values;
@@ -73,7 +74,6 @@ class Catalog {
                   " holds no checkpoint (no ", files::kIndex, ", no .safetensors files)");
     }
     std::sort(names.begin(), names.end());
-    const bool indexed = !expected_size_.empty() || files::exists(index_path);
     for (const std::string& name : names) add_file(path_ + "/" + name, indexed);
   }
   ~Catalog() {

@@ -10,13 +10,12 @@
 #include <torch/torch.h>
 
 #include <memory>
-#include <sstream>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "checkpoint_state.h"
+#include "compat.h"
 #include "tdist/error.h"
 
 namespace tdist::checkpoint {
@@ -24,23 +23,9 @@ namespace {
 
 using ::torch::optim::OptimizerParamState;
 
-// The key of `p`'s state: the TensorImpl's address as text in LibTorch 1.x, the address
-// itself in 2.x.
-template <typename Map>
-typename Map::key_type key_of(const ::torch::Tensor& p) {
-  if constexpr (std::is_same_v<typename Map::key_type, std::string>) {
-    std::ostringstream key;
-    key << p.unsafeGetTensorImpl();
-    return key.str();
-  } else {
-    return p.unsafeGetTensorImpl();
-  }
-}
-
-template <typename Map>
-OptimizerParamState* state_of(Map& state, const ::torch::Tensor& p) {
-  auto it = state.find(key_of<Map>(p));
-  return it == state.end() ? nullptr : it->second.get();
+OptimizerParamState* state_of(::torch::optim::Optimizer& opt, const ::torch::Tensor& p) {
+  auto it = opt.state().find(tdist::torch::compat::optimizer_state_key(p));
+  return it == opt.state().end() ? nullptr : it->second.get();
 }
 
 // A state type's tensors by PyTorch's names, with their setters, and its step counter.
@@ -133,7 +118,7 @@ void optimizer_snapshot(::torch::optim::Optimizer& opt, const std::vector<OptimP
                         const std::string& prefix, State::Snapshot& out) {
   const Kind kind = kind_of(opt);
   for (const OptimParam& p : params) {
-    OptimizerParamState* s = state_of(opt.state(), p.param);
+    OptimizerParamState* s = state_of(opt, p.param);
     if (s == nullptr) continue;
     const std::string base = prefix + "state." + p.like.name + ".";
     if (kind.has_step) {
@@ -161,7 +146,7 @@ void optimizer_target(::torch::optim::Optimizer& opt, const std::vector<OptimPar
     if (present.empty()) continue;
     // Nothing changes before apply(): a state the optimizer lacks, or a tensor missing from
     // it, is filled in fresh tensors and put in place only then.
-    OptimizerParamState* live = state_of(opt.state(), p.param);
+    OptimizerParamState* live = state_of(opt, p.param);
     std::vector<std::pair<Field, ::torch::Tensor>> fresh;
     for (const Field* f : present) {
       ::torch::Tensor t = live != nullptr ? f->get(*live) : ::torch::Tensor();
@@ -179,11 +164,11 @@ void optimizer_target(::torch::optim::Optimizer& opt, const std::vector<OptimPar
     ::torch::optim::Optimizer* o = &opt;
     ::torch::Tensor param = p.param;
     out.apply.push_back([o, param, kind, fresh, step] {
-      OptimizerParamState* s = state_of(o->state(), param);
+      OptimizerParamState* s = state_of(*o, param);
       if (s == nullptr) {
         auto made = kind.make();
         s = made.get();
-        o->state()[key_of<std::decay_t<decltype(o->state())>>(param)] = std::move(made);
+        o->state()[tdist::torch::compat::optimizer_state_key(param)] = std::move(made);
       }
       for (const auto& [f, t] : fresh) f.set(*s, t);
       if (step.defined()) kind.set_step(*s, step.item<int64_t>());

@@ -46,67 +46,23 @@
 #include "tdist/torch/ddp.h"
 #include "tdist/torch/fully_shard.h"
 #include "tdist/torch/sampler.h"
+#include "torch/parity_model.h"
 
 namespace {
 
-constexpr int64_t kWidth = 37;
-constexpr int64_t kOut = 5;
-constexpr int kBlocks = 3;
-constexpr int64_t kGlobalBatch = 12;
+using namespace parity_model;  // NOLINT(google-build-using-namespace)
+
 constexpr int64_t kSamplerSeed = 7;
 
-struct Net : torch::nn::Module {
-  Net() {
-    for (int i = 0; i < kBlocks; ++i) {
-      blocks.push_back(
-          register_module("block" + std::to_string(i), torch::nn::Linear(kWidth, kWidth)));
-    }
-    head = register_module("head", torch::nn::Linear(kWidth, kOut));
-  }
-  torch::Tensor forward(torch::Tensor x) {
-    for (size_t i = 0; i < blocks.size(); ++i) {
-      x = torch::relu(units.empty() ? blocks[i](x) : units[i](x));
-    }
-    return head(x);
-  }
-  std::vector<torch::nn::Linear> blocks;
-  torch::nn::Linear head{nullptr};
-  std::vector<tdist::torch::FullyShardedModule<torch::nn::Linear>> units;
-};
-
-template <typename F>
-torch::Tensor formula(std::vector<int64_t> shape, F f) {
-  torch::Tensor t = torch::empty(shape, torch::kFloat);
-  float* data = t.data_ptr<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) data[i] = static_cast<float>(f(i));
-  return t;
-}
-
+// The parity model's parameters, or zeros (the load side: only a checkpoint makes them
+// equal).
 void init_parameters(Net& net, bool zeros) {
-  torch::NoGradGuard no_grad;
-  double k = 0;
-  for (auto& named : net.named_parameters()) {
-    torch::Tensor& p = named.value();
-    const double scale = 1.0 / std::sqrt(static_cast<double>(kWidth));
-    if (zeros) {
-      p.zero_();
-    } else {
-      p.copy_(formula(p.sizes().vec(), [&](int64_t i) { return std::sin(0.37 * i + k) * scale; }));
-    }
-    k += 1;
+  if (!zeros) {
+    parity_model::init_parameters(net);
+    return;
   }
-}
-
-std::pair<torch::Tensor, torch::Tensor> batch(int64_t step, int rank, int world) {
-  const int64_t local = kGlobalBatch / world;
-  const int64_t first = step * kGlobalBatch + rank * local;
-  torch::Tensor x = formula({local, kWidth}, [&](int64_t i) {
-    return std::sin(0.71 * static_cast<double>(first + i / kWidth) + 0.13 * (i % kWidth));
-  });
-  torch::Tensor y = formula({local, kOut}, [&](int64_t i) {
-    return 0.5 * std::cos(0.29 * static_cast<double>(first + i / kOut) + 0.5 * (i % kOut));
-  });
-  return {x, y};
+  torch::NoGradGuard no_grad;
+  for (auto& p : net.parameters()) p.zero_();
 }
 
 class Job {
@@ -215,14 +171,6 @@ class Job {
   int64_t step_ = 0;
   tdist::checkpoint::State state_;
 };
-
-std::string hex_bits(float v) {
-  uint32_t bits = 0;
-  std::memcpy(&bits, &v, sizeof bits);
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%08x", bits);
-  return buf;
-}
 
 void write_ref(const std::string& path,
                const std::vector<std::pair<std::string, torch::Tensor>>& params) {
