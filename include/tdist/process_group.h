@@ -215,6 +215,18 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // it alone, but a lost link fails both. new_group connects anew.
   std::shared_ptr<ProcessGroup> split(int color, int key);
 
+  // torch's shrink (Backend::shrink): a new group of this group's ranks without
+  // `exclude` (ranks of this group, any order), made after ranks died or hung. Only the
+  // remaining ranks call it, each with the same list, in the same order as their other
+  // shrinks of this group; the excluded ones need not be alive. The new group's ranks
+  // keep their order (rank i is the i-th smallest remaining); it connects anew through
+  // this group's store, so it works after this group was aborted, as long as the store
+  // lives (tdistrun's agent or etcd hosts it; rank 0 hosting it must not be excluded).
+  // This group is left as it is: abort() it first when it may still wait for the excluded.
+  // InvalidArgument on a rank out of range or listed twice, this rank listed, or nobody
+  // left; TimeoutError when a remaining rank does not call within timeout().
+  std::shared_ptr<ProcessGroup> shrink(std::vector<int> exclude);
+
   // Aborts the group: pending and later operations fail with PeerError on every rank.
   virtual void abort() = 0;
 
@@ -305,6 +317,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::chrono::milliseconds timeout_;
   std::vector<int> global_ranks_;
   uint64_t subgroups_made_ = 0;  // same count on every rank (collective calls)
+  uint64_t shrinks_made_ = 0;    // same count on every remaining rank
   // Numbers collectives: a do_* collective runs with issue_mu_ held; next_seq_ is
   // written only under it and read anywhere (so not TDIST_GUARDED_BY).
   template <typename Call>

@@ -79,4 +79,22 @@ RendezvousResult rendezvous(const std::string& init_method, int rank = -1, int w
 RendezvousResult rendezvous(std::shared_ptr<Store> store, int rank, int world_size,
                             std::chrono::milliseconds timeout = default_pg_timeout());
 
+// The job's store as rendezvous(init_method, ...) opens it (connecting; on rank 0 hosting
+// it where the init method says so), without joining a round: for protocols that form
+// their own groups on it (elastic.h). `survives_ranks` is false when a rank of the job
+// hosts the store (tcp://, env:// without a launcher's store), whose death then ends it;
+// `must_survive_ranks` refuses such a store (InvalidArgument naming `caller`) before
+// anything is contacted. Same parsing, errors and deadline as rendezvous().
+struct JobStore {
+  std::shared_ptr<Store> store;  // under the launcher's key prefix, if any
+  int rank = -1;
+  int world_size = -1;
+  bool survives_ranks = false;
+  std::string where;  // "TCPStore 127.0.0.1:29500 (hosted by the launcher)", for messages
+};
+JobStore open_job_store(const std::string& init_method = "env://", int rank = -1,
+                        int world_size = -1,
+                        std::chrono::milliseconds timeout = default_pg_timeout(),
+                        const char* caller = nullptr, bool must_survive_ranks = false);
+
 }  // namespace tdist

@@ -53,6 +53,10 @@ constexpr auto kSettings = std::to_array<Setting>({
      "group's ranks through its store before it runs, and a mismatch is a DesyncError quoting "
      "both sides (costs a few store round trips per collective)",
      SettingType::kText, 0, -1, "off|detail"},
+    {"TDIST_ELASTIC_JOIN_WINDOW", "30",
+     "seconds a new generation of an elastic job waits for members that have not arrived (a "
+     "frozen rank, a replacement still starting) before it goes on without them",
+     SettingType::kSeconds, 0, kYear},
     {"TDIST_ENGINE", "auto",
      "engine of the Python torch.distributed backend \"tdist\" when its options name none: "
      "auto, tcp or shm",

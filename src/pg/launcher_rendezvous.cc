@@ -18,4 +18,14 @@ RendezvousResult rendezvous(const std::string& init_method, int rank, int world_
                                                       agreement ? &*agreement : nullptr);
 }
 
+JobStore open_job_store(const std::string& init_method, int rank, int world_size,
+                        std::chrono::milliseconds timeout, const char* caller,
+                        bool must_survive_ranks) {
+  const std::optional<rendezvous_detail::StoreAgreement> agreement =
+      backends::builtin_store_agreement();
+  return rendezvous_detail::open_job_store_with_agreement(init_method, rank, world_size, timeout,
+                                                          caller, must_survive_ranks,
+                                                          agreement ? &*agreement : nullptr);
+}
+
 }  // namespace tdist

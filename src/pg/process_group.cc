@@ -155,4 +155,24 @@ std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key) {
   return make_member_group(ranks, base + "color" + std::to_string(color), /*split=*/true);
 }
 
+std::shared_ptr<ProcessGroup> ProcessGroup::shrink(std::vector<int> exclude) {
+  std::sort(exclude.begin(), exclude.end());
+  for (size_t i = 0; i < exclude.size(); ++i) {
+    TDIST_CHECK(exclude[i] >= 0 && exclude[i] < size_, InvalidArgument, "shrink: rank ", exclude[i],
+                " is outside 0..", size_ - 1);
+    TDIST_CHECK(i == 0 || exclude[i] != exclude[i - 1], InvalidArgument, "shrink: rank ",
+                exclude[i], " is listed twice");
+    TDIST_CHECK(exclude[i] != rank_, InvalidArgument, "shrink: rank ", rank_,
+                " excludes itself; only the remaining ranks call shrink");
+  }
+  TDIST_CHECK(exclude.size() < static_cast<size_t>(size_), InvalidArgument,
+              "shrink: excluding every rank leaves nobody");
+  std::vector<int> members;
+  for (int r = 0; r < size_; ++r) {
+    if (!std::binary_search(exclude.begin(), exclude.end(), r)) members.push_back(r);
+  }
+  const uint64_t n = shrinks_made_++;
+  return make_member_group(members, "shrink/" + std::to_string(n));
+}
+
 }  // namespace tdist

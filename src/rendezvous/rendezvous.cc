@@ -200,6 +200,30 @@ RendezvousResult rendezvous_detail::rendezvous_with_agreement(const std::string&
   return join(std::move(store), spec.rank, spec.world_size, timeout, deadline, describe(spec));
 }
 
+JobStore rendezvous_detail::open_job_store_with_agreement(const std::string& init_method, int rank,
+                                                          int world_size, milliseconds timeout,
+                                                          const char* caller,
+                                                          bool must_survive_ranks,
+                                                          const StoreAgreement* agreement) {
+  const Deadline deadline = Deadline::after(timeout);
+  InitSpec spec = rendezvous_detail::parse_init_method(init_method, rank, world_size, agreement);
+  const bool survives = spec.scheme == InitScheme::kFile || spec.agent_store;
+  if (must_survive_ranks && !survives) {
+    TDIST_THROW(InvalidArgument, caller != nullptr ? caller : "open_job_store",
+                ": the job's store would be the ", describe(spec),
+                ", which one of the job's processes hosts, so its death would end the job; run "
+                "under tdistrun (its agent hosts the store), with --rdzv-backend etcd-v2, or pass "
+                "a store that outlives every rank");
+  }
+  JobStore out;
+  out.store = open_store(spec, agreement, timeout, deadline);
+  out.rank = spec.rank;
+  out.world_size = spec.world_size;
+  out.survives_ranks = survives;
+  out.where = describe(spec);
+  return out;
+}
+
 RendezvousResult rendezvous(std::shared_ptr<Store> store, int rank, int world_size,
                             milliseconds timeout) {
   TDIST_CHECK(store != nullptr, InvalidArgument, "rendezvous: the store is null");

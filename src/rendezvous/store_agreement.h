@@ -44,4 +44,9 @@ RendezvousResult rendezvous_with_agreement(const std::string& init_method, int r
                                            std::chrono::milliseconds timeout,
                                            const StoreAgreement* agreement);
 
+// open_job_store (tdist/rendezvous.h) with the launcher's agreement given.
+JobStore open_job_store_with_agreement(const std::string& init_method, int rank, int world_size,
+                                       std::chrono::milliseconds timeout, const char* caller,
+                                       bool must_survive_ranks, const StoreAgreement* agreement);
+
 }  // namespace tdist::rendezvous_detail
