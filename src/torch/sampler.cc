@@ -219,6 +219,29 @@ void DistributedSampler::reset(::torch::optional<size_t> new_size) {
                                      : std::vector<uint8_t>(mask_bytes(real_positions()), 0);
 }
 
+std::vector<uint8_t> DistributedSampler::world_mask(size_t taken) const {
+  const auto replicas = static_cast<size_t>(num_replicas_);
+  std::vector<uint8_t> mask = resume_ != nullptr
+                                  ? resume_->consumed
+                                  : std::vector<uint8_t>(mask_bytes(real_positions()), 0);
+  // Element j of the order is rank j % R's position j / R; past `count` it is padding.
+  const size_t count = resume_ != nullptr ? resume_->remaining.size() : real_positions();
+  const size_t end = std::min(count, std::min(taken, num_samples_) * replicas);
+  for (size_t j = 0; j < end; ++j) set_bit(mask, resume_ != nullptr ? resume_->remaining[j] : j);
+  return mask;
+}
+
+void DistributedSampler::set_world(int num_replicas, int rank) {
+  TDIST_CHECK(num_replicas >= 1, InvalidArgument,
+              "DistributedSampler::set_world: num_replicas=", num_replicas, " must be at least 1");
+  TDIST_CHECK(rank >= 0 && rank < num_replicas, InvalidArgument,
+              "DistributedSampler::set_world: invalid rank ", rank,
+              ", rank should be in the interval [0, ", num_replicas - 1, "]");
+  num_replicas_ = num_replicas;
+  rank_ = rank;
+  reset();
+}
+
 std::optional<size_t> DistributedSampler::global_position(size_t position) const {
   if (position >= num_real_samples_) return std::nullopt;
   const size_t j = static_cast<size_t>(rank_) + position * static_cast<size_t>(num_replicas_);

@@ -20,7 +20,9 @@
 #include <vector>
 
 #include "diag/job_record.h"
+#include "tdist/elastic.h"
 #include "tdist/error.h"
+#include "tdist/prefix_store.h"
 #include "tdist/settings.h"
 #include "tdistrun/failure.h"
 #include "tdistrun/node_rdzv.h"
@@ -214,7 +216,9 @@ class Agent {
     c.local_world_size = options_.nproc_per_node;
     c.node_addr = options_.local_addr;
     c.hostname = host_;
-    c.max_restarts = options_.max_restarts;
+    // --elastic spends the restarts on replacements (replace_failed); the job as a whole
+    // never restarts.
+    c.max_restarts = options_.elastic ? 0 : options_.max_restarts;
     c.join_timeout = options_.join_timeout;
     c.last_call_timeout = options_.last_call_timeout;
     return c;
@@ -285,8 +289,15 @@ class Agent {
     for (;;) {
       switch (group->wait(Clock::now() + options_.monitor_interval)) {
         case WorkerGroup::Event::kAllSucceeded:
+          if (options_.elastic && !group->any_succeeded()) {  // every worker died
+            return rdzv_->report_failure(failure_records(*group, round));
+          }
           return interruptible(signals_, [&] { return rdzv_->finish(); });
         case WorkerGroup::Event::kWorkerFailed: {
+          if (options_.elastic) {
+            replace_failed(*group, round);
+            break;
+          }
           group->stop(SIGTERM, options_.term_timeout);
           return rdzv_->report_failure(failure_records(*group, round));
         }
@@ -305,6 +316,33 @@ class Agent {
             return *end;
           }
           break;
+      }
+    }
+  }
+
+  // --elastic: each newly failed worker is replaced (same rank and environment) while
+  // restarts remain; otherwise its slot is marked gone in the workers' store, so that the
+  // survivors' next generation does not wait for it (tdist/elastic.h).
+  void replace_failed(WorkerGroup& group, const Round& round) {
+    std::vector<std::pair<int, int>> failed;  // (local rank, global rank)
+    for (const WorkerExit& e : group.exits()) {
+      if (!e.failed() || e.stopped_by_us || e.accepted) continue;
+      failed.emplace_back(e.local_rank, e.global_rank);
+      say("worker rank " + std::to_string(e.global_rank) + " failed with " +
+          (e.signal != 0 ? signal_name(e.signal) : "exit code " + std::to_string(e.exit_code)));
+    }
+    group.accept_failures();
+    for (const auto& [local, global] : failed) {
+      if (elastic_restarts_ < options_.max_restarts) {
+        ++elastic_restarts_;
+        say("starting a replacement for rank " + std::to_string(global) + " (restart " +
+            std::to_string(elastic_restarts_) + " of " + std::to_string(options_.max_restarts) +
+            "); the other workers go on");
+        group.restart(local);
+      } else {
+        say("no restarts left: the job goes on without rank " + std::to_string(global));
+        PrefixStore workers(round.worker_prefix, rdzv_->store());
+        ElasticGroup::mark_slot_gone(workers, global);
       }
     }
   }
@@ -396,6 +434,7 @@ class Agent {
   int signalled_ = 0;
   const std::string trace_dir_ = setting_string("TDIST_TRACE");  // the workers inherit it
   int world_size_ = 0;                                           // of the last round
+  int elastic_restarts_ = 0;                                     // replacements started (--elastic)
   JobRecordFile job_record_;
 };
 

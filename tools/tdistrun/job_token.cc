@@ -10,7 +10,8 @@
 namespace tdist::launcher {
 
 std::string ensure_job_token(const Options& options) {
-  if (setting_is_present("TDIST_AUTH_TOKEN")) return setting_is_set("TDIST_AUTH_TOKEN") ? "given" : "off";
+  if (setting_is_present("TDIST_AUTH_TOKEN"))
+    return setting_is_set("TDIST_AUTH_TOKEN") ? "given" : "off";
   if (setting_is_set("TDIST_AUTH_TOKEN_FILE")) {
     net::auth::Key::from_settings();  // a bad file is an error now, not in every worker
     return "given";

@@ -15,11 +15,11 @@
 
 #include "net/address.h"
 #include "net/fd.h"
+#include "net/interface.h"
 #include "net/socket.h"
 #include "tdist/error.h"
 #include "tdist/logging.h"
 #include "tdist/settings.h"
-#include "net/interface.h"
 
 namespace tdist::launcher {
 namespace {

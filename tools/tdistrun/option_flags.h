@@ -50,6 +50,10 @@ inline constexpr auto kFlags = std::to_array<Flag>({
     {"max-restarts", 0, Kind::kValue, true, kWorkers, "N",
      "restarts of the whole job (all nodes together, each a fresh rendezvous round) before it "
      "fails; default 0"},
+    {"elastic", 0, Kind::kSwitch, true, kWorkers, "",
+     "keep the other workers running when one dies: start a replacement with its rank while "
+     "--max-restarts allows (each counts as one), else let the job go on without it; the "
+     "workers survive through tdist::ElasticGroup"},
     {"monitor-interval", 0, Kind::kValue, true, kWorkers, "SEC",
      "how often the agent checks its workers; default 0.1"},
     {"term-timeout", 0, Kind::kValue, false, kWorkers, "SEC",

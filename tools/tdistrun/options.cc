@@ -393,6 +393,7 @@ Options build(const Values& values) {
   o.module = switch_on(values, "module");
   o.no_python = switch_on(values, "no-python");
   o.run_path = switch_on(values, "run-path");
+  o.elastic = switch_on(values, "elastic");
   check_python_flags(o);
   if (const Value* v = get("rdzv-conf")) apply_rdzv_conf(*v, o);
   if (const Value* v = get("rdzv-timeout")) o.join_timeout = seconds(*v);

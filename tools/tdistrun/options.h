@@ -43,18 +43,19 @@ struct Options {
   std::optional<bool> is_host;                         // rdzv-conf is_host
   bool standalone = false;                             // --standalone
   int max_restarts = 0;                                // --max-restarts
-  std::chrono::milliseconds monitor_interval{100};     // --monitor-interval SEC
-  std::chrono::milliseconds term_timeout{30000};       // --term-timeout, TDIST_TERM_TIMEOUT
-  StreamSpec redirects, tee;                           // -r/--redirects, -t/--tee
-  std::string log_dir;                                 // --log-dir
-  std::vector<int> local_ranks_filter;                 // sorted, unique; empty = all
-  std::string role = "default";                        // --role
-  bool module = false;                                 // -m/--module
-  bool no_python = false;                              // --no-python
-  bool run_path = false;                               // --run-path
-  std::string start_method = "spawn";                  // accepted; workers are always fork+exec'd
-  std::string local_addr;                              // --local-addr
-  std::string program;                                 // PROGRAM
+  bool elastic = false;  // --elastic: replace a dead worker alone, or go on without it
+  std::chrono::milliseconds monitor_interval{100};  // --monitor-interval SEC
+  std::chrono::milliseconds term_timeout{30000};    // --term-timeout, TDIST_TERM_TIMEOUT
+  StreamSpec redirects, tee;                        // -r/--redirects, -t/--tee
+  std::string log_dir;                              // --log-dir
+  std::vector<int> local_ranks_filter;              // sorted, unique; empty = all
+  std::string role = "default";                     // --role
+  bool module = false;                              // -m/--module
+  bool no_python = false;                           // --no-python
+  bool run_path = false;                            // --run-path
+  std::string start_method = "spawn";               // accepted; workers are always fork+exec'd
+  std::string local_addr;                           // --local-addr
+  std::string program;                              // PROGRAM
   std::vector<std::string> program_args;
 };
 

@@ -207,7 +207,7 @@ WorkerGroup::Event WorkerGroup::wait(Clock::time_point until) {
   reap(/*block=*/false);
   for (;;) {
     for (const WorkerExit& exit : exits_) {
-      if (exit.failed() && !exit.stopped_by_us) return Event::kWorkerFailed;
+      if (exit.failed() && !exit.stopped_by_us && !exit.accepted) return Event::kWorkerFailed;
     }
     if (!any_running()) return Event::kAllSucceeded;
     if (Clock::now() >= until) return Event::kTimeout;
@@ -236,6 +236,29 @@ void WorkerGroup::stop(int sig, std::chrono::milliseconds grace) {
     if (worker.err) worker.err->close();
   }
   stopped_ = true;
+}
+
+void WorkerGroup::accept_failures() {
+  for (WorkerExit& exit : exits_) exit.accepted = true;
+}
+
+void WorkerGroup::restart(int local_rank) {
+  auto it = std::find_if(workers_.begin(), workers_.end(),
+                         [&](const Worker& w) { return w.spec.local_rank == local_rank; });
+  TDIST_CHECK(it != workers_.end(), InvalidArgument, "no worker has local rank ", local_rank);
+  TDIST_CHECK(!it->running, InvalidArgument, "worker ", local_rank, " is still running");
+  TDIST_CHECK(!stopping_, InvalidArgument, "the workers are being stopped");
+  watchdog::forget(it->pid);
+  if (it->out) it->out->close();
+  if (it->err) it->err->close();
+  it->out.reset();
+  it->err.reset();
+  spawn(*it);
+}
+
+bool WorkerGroup::any_succeeded() const {
+  return std::any_of(exits_.begin(), exits_.end(),
+                     [](const WorkerExit& exit) { return !exit.failed(); });
 }
 
 std::vector<pid_t> WorkerGroup::pids() const {

@@ -59,6 +59,7 @@ struct WorkerExit {
   int signal = 0;     // the signal that killed it, 0 if it exited
   std::chrono::system_clock::time_point when;  // when the launcher reaped it
   bool stopped_by_us = false;                  // it ended after stop() began
+  bool accepted = false;                       // accept_failures() took it: no longer an event
   bool failed() const { return signal != 0 || exit_code != 0; }
 };
 
@@ -85,6 +86,15 @@ class WorkerGroup {
   // the rest, and relays and closes every stream. A further terminating signal during the
   // grace cuts it short. Exits reaped from now on are stopped_by_us. Idempotent.
   void stop(int sig, std::chrono::milliseconds grace);
+
+  // tdistrun --elastic: the failures reported so far are no longer kWorkerFailed events
+  // (the job goes on without those workers, or with replacements).
+  void accept_failures();
+  // Starts worker `local_rank` again with its spec, once it has exited (a replacement).
+  // InvalidArgument for an unknown or running worker; Error as start().
+  void restart(int local_rank);
+  // Whether a worker exited 0.
+  bool any_succeeded() const;
 
   const std::vector<WorkerExit>& exits() const { return exits_; }  // in reap order
   std::vector<pid_t> pids() const;                                 // in start order

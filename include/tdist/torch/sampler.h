@@ -140,6 +140,16 @@ class DistributedSampler : public ::torch::data::samplers::Sampler<> {
   // once.
   void resume(int64_t epoch, const std::vector<uint8_t>& consumed);
 
+  // For an elastic job (torch/elastic.h), where every rank takes the same number of samples
+  // per step: the mask consumed_mask() would give, OR'd over every rank, once each rank has
+  // taken the first `taken` samples of its share of this copy's current order.
+  std::vector<uint8_t> world_mask(size_t taken) const;
+  // Makes this copy a sampler of a world of `num_replicas` where it is `rank` (after an
+  // elastic job shrank); resume() next, with world_mask() of the old world, deals the rest
+  // of the epoch over the new one. Other copies keep their world. InvalidArgument as the
+  // constructor's.
+  void set_world(int num_replicas, int rank);
+
   // Rewinds to the first position, in the order of the current epoch (the resumed order
   // while a resume is in force). new_size replaces the dataset size (and with it size() and
   // num_real_samples()). This copy becomes the one whose next() counts as handed out.
