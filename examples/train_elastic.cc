@@ -52,10 +52,14 @@ constexpr const char* kUsage =
     "         [--marks DIR] [--out PREFIX] [--newcomer-width N]\n"
     "         [--restart --checkpoint DIR --checkpoint-every K]\n";
 
+// Where a --die (or --freeze) strikes.
+enum class When { kBeforeBackward, kAfterVote, kInRecover };
+
 struct Death {
   int slot = -1;
   int64_t step = -1;
-  bool after_vote = false;
+  When when = When::kBeforeBackward;
+  bool freeze = false;  // SIGSTOP instead of SIGKILL
 };
 
 struct Flags {
@@ -82,8 +86,14 @@ bool parse_death(const std::string& text, Death& d) {
   std::string rest = text.substr(at + 1);
   const size_t colon = rest.find(':');
   if (colon != std::string::npos) {
-    if (rest.substr(colon + 1) != "after-vote") return false;
-    d.after_vote = true;
+    const std::string when = rest.substr(colon + 1);
+    if (when == "after-vote") {
+      d.when = When::kAfterVote;
+    } else if (when == "in-recover") {
+      d.when = When::kInRecover;
+    } else {
+      return false;
+    }
     rest = rest.substr(0, colon);
   }
   d.step = std::atoll(rest.c_str());
@@ -113,9 +123,10 @@ bool parse_flags(int argc, char** argv, Flags& f) {
       f.backend = v;
     } else if (flag == "--join-window") {
       f.join_window = std::atof(v.c_str());
-    } else if (flag == "--die") {
+    } else if (flag == "--die" || flag == "--freeze") {
       Death d;
       if (!parse_death(v, d)) return false;
+      d.freeze = flag == "--freeze";
       f.deaths.push_back(d);
     } else if (flag == "--marks") {
       f.marks = v;
@@ -172,18 +183,19 @@ uint64_t params_hash(const torch::nn::Module& m) {
   return h;
 }
 
-// --die: SIGKILLs this process when it holds `slot` in `step`, once per job.
-void maybe_die(const Flags& flags, int slot, int64_t step, bool after_vote) {
+// --die / --freeze: SIGKILLs (SIGSTOPs) this process when it holds `slot` in `step` at
+// `when`, once per job. The mark file has the time and the pid.
+void maybe_die(const Flags& flags, int slot, int64_t step, When when) {
   for (size_t i = 0; i < flags.deaths.size(); ++i) {
     const Death& d = flags.deaths[i];
-    if (d.slot != slot || d.step != step || d.after_vote != after_vote) continue;
+    if (d.slot != slot || d.step != step || d.when != when) continue;
     const fs::path mark = fs::path(flags.marks) / ("died-" + std::to_string(i));
     if (fs::exists(mark)) continue;
-    std::ofstream(mark) << now_ns() << " " << slot << " " << step << "\n";
-    std::fprintf(stderr, "train_elastic: slot %d dies in step %lld\n", slot,
-                 static_cast<long long>(step));
+    std::ofstream(mark) << now_ns() << " " << slot << " " << step << " " << ::getpid() << "\n";
+    std::fprintf(stderr, "train_elastic: slot %d %s in step %lld\n", slot,
+                 d.freeze ? "freezes" : "dies", static_cast<long long>(step));
     std::fflush(stderr);
-    ::kill(::getpid(), SIGKILL);
+    ::kill(::getpid(), d.freeze ? SIGSTOP : SIGKILL);
   }
 }
 
@@ -235,6 +247,7 @@ int train_elastic(const Flags& flags) {
   if (!job->newcomer()) progress.step = 0;
   Report report;
   auto recover = [&] {
+    maybe_die(flags, slot, progress.step, When::kInRecover);
     const tdist::elastic::Recovery r = tdist::elastic::recover(*job, state, progress, &sampler);
     report.events.push_back("generation " + std::to_string(r.generation) + " world " +
                             std::to_string(job->size()) + " step " + std::to_string(r.step) +
@@ -242,7 +255,28 @@ int train_elastic(const Flags& flags) {
                             " recover_us " + std::to_string(r.took.count()) + " received " +
                             std::to_string(r.received) + " at " + std::to_string(now_ns()));
   };
-  recover();
+  // After a failure: the next generation, and its state, as often as failures come.
+  auto rejoin = [&](const std::exception& first) {
+    std::string why = first.what();
+    for (;;) {
+      std::fprintf(stderr, "train_elastic: slot %d: step %lld failed (%s); reconfiguring\n", slot,
+                   static_cast<long long>(progress.step), why.c_str());
+      try {
+        job->reconfigure();
+        recover();
+        return;
+      } catch (const std::exception& e) {
+        if (!peer_failure(e)) throw;
+        why = e.what();
+      }
+    }
+  };
+  try {
+    recover();
+  } catch (const std::exception& e) {
+    if (!peer_failure(e)) throw;
+    rejoin(e);
+  }
   auto make_ddp = [&] {
     tdist::torch::DDPOptions o;
     o.process_group = job->group();
@@ -260,22 +294,19 @@ int train_elastic(const Flags& flags) {
       optimizer.zero_grad();
       torch::Tensor loss =
           torch::nn::functional::cross_entropy(ddp->forward(inputs(*batch)), labels(*batch));
-      maybe_die(flags, slot, progress.step, false);
+      maybe_die(flags, slot, progress.step, When::kBeforeBackward);
       loss.backward();
       if (job->commit()) {
-        maybe_die(flags, slot, progress.step, true);
+        maybe_die(flags, slot, progress.step, When::kAfterVote);
         optimizer.step();
         progress.advance(static_cast<int64_t>(batch->size()));
         report.steps.emplace_back(progress.step, now_ns());
       }
     } catch (const std::exception& e) {
       if (!peer_failure(e)) throw;
-      std::fprintf(stderr, "train_elastic: slot %d: step %lld failed (%s); reconfiguring\n", slot,
-                   static_cast<long long>(progress.step), e.what());
       job->group()->abort();
       ddp.reset();
-      job->reconfigure();
-      recover();
+      rejoin(e);
       ddp = make_ddp();
     }
   }
@@ -321,7 +352,7 @@ int train_restart(const Flags& flags) {
     optimizer.zero_grad();
     torch::Tensor loss =
         torch::nn::functional::cross_entropy(ddp.forward(inputs(*batch)), labels(*batch));
-    maybe_die(flags, slot, step, false);
+    maybe_die(flags, slot, step, When::kBeforeBackward);
     loss.backward();
     optimizer.step();
     ++step;
