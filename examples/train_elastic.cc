@@ -8,8 +8,9 @@
 //
 //   tdistrun --standalone --nproc-per-node 4 --elastic --max-restarts 3 train_elastic
 //
-// Each step is committed by a vote (ElasticGroup::commit): a step interrupted by a failure
-// is applied on no rank, or on ranks whose vote completed, whose state the others then take.
+// Each step is committed by a vote (ElasticGroup::commit, or DDPOptions::commit_vote with
+// --vote ddp): a step interrupted by a failure is applied on no rank, or on ranks whose vote
+// completed, whose state the others then take; a rank whose loss is not finite vetoes it.
 // --restart trains the same job the classic way instead (init_process_group, a checkpoint
 // every --checkpoint-every steps, tdistrun --max-restarts restarting the whole job), for
 // comparison (scripts/bench_elastic.sh).
@@ -24,6 +25,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -49,7 +51,7 @@ namespace fs = std::filesystem;
 constexpr const char* kUsage =
     "usage: train_elastic [--width N] [--steps N] [--batch-size N (per rank)] [--dataset N]\n"
     "         [--lr X] [--backend NAME] [--join-window SEC] [--die SLOT@STEP[:after-vote]]...\n"
-    "         [--marks DIR] [--out PREFIX] [--newcomer-width N]\n"
+    "         [--marks DIR] [--out PREFIX] [--newcomer-width N] [--vote group|ddp|none]\n"
     "         [--restart --checkpoint DIR --checkpoint-every K]\n";
 
 // Where a --die (or --freeze) strikes.
@@ -74,6 +76,7 @@ struct Flags {
   std::string marks = ".";
   std::string out;
   int64_t newcomer_width = 0;  // a replacement builds this width instead (bad-input tests)
+  std::string vote = "group";  // group (ElasticGroup::commit), ddp (DDPOptions), none
   bool restart = false;
   std::string checkpoint;
   int64_t checkpoint_every = 0;
@@ -134,6 +137,8 @@ bool parse_flags(int argc, char** argv, Flags& f) {
       f.out = v;
     } else if (flag == "--newcomer-width") {
       f.newcomer_width = std::atoll(v.c_str());
+    } else if (flag == "--vote") {
+      f.vote = v;
     } else if (flag == "--checkpoint") {
       f.checkpoint = v;
     } else if (flag == "--checkpoint-every") {
@@ -143,6 +148,7 @@ bool parse_flags(int argc, char** argv, Flags& f) {
     }
   }
   return f.width > 0 && f.steps > 0 && f.batch_size > 0 && f.dataset > 0 && f.lr > 0 &&
+         (f.vote == "group" || f.vote == "ddp" || f.vote == "none") &&
          (!f.restart || (!f.checkpoint.empty() && f.checkpoint_every > 0));
 }
 
@@ -280,6 +286,7 @@ int train_elastic(const Flags& flags) {
   auto make_ddp = [&] {
     tdist::torch::DDPOptions o;
     o.process_group = job->group();
+    o.commit_vote = flags.vote == "ddp";
     return std::make_unique<tdist::torch::DistributedDataParallel<torch::nn::Sequential>>(model, o);
   };
   std::unique_ptr<tdist::torch::DistributedDataParallel<torch::nn::Sequential>> ddp = make_ddp();
@@ -296,7 +303,9 @@ int train_elastic(const Flags& flags) {
           torch::nn::functional::cross_entropy(ddp->forward(inputs(*batch)), labels(*batch));
       maybe_die(flags, slot, progress.step, When::kBeforeBackward);
       loss.backward();
-      if (job->commit()) {
+      // The vote: every rank holds the step's whole reduction, and its loss is finite.
+      const bool ok = std::isfinite(loss.item<float>());
+      if (flags.vote == "group" ? job->commit(ok) : ok) {
         maybe_die(flags, slot, progress.step, When::kAfterVote);
         optimizer.step();
         progress.advance(static_cast<int64_t>(batch->size()));

@@ -362,6 +362,22 @@ void Reducer::finalize_backward() {
               backward_passes_, ", all ranks between ", lowest, " and ", highest,
               ". Every rank must run the same forward/backward passes (the same number of "
               "batches and accumulation steps)");
+  if (options_.commit_vote && group_->size() > 1) {
+    int32_t vote = 1;  // this rank holds every bucket reduced
+    try {
+      if (control_on_device_) {  // a group of device memory only (nccl)
+        ::torch::Tensor t =
+            ::torch::ones({1}, ::torch::TensorOptions().dtype(::torch::kInt).device(device_));
+        all_reduce_async(t, ReduceOpKind::kMin, group_)->wait();
+      } else {
+        WaitsAtOnce at_once;
+        group_->all_reduce(&vote, 1, DType::kI32, ReduceOpKind::kMin)->wait();
+      }
+    } catch (...) {
+      rethrow_with_context(std::current_exception(),
+                           pass() + "the commit vote failed, so this step is not committed: ");
+    }
+  }
   for (Bucket& b : buckets_) hook_->finish(*group_, b.grad);
   rescale_average_locked();
   write_gradients_locked();

@@ -135,6 +135,12 @@ struct DDPOptions {
   bool static_graph = false;
   CommOverlap overlap = CommOverlap::kAuto;
   std::shared_ptr<ProcessGroup> process_group;  // nullptr: tdist::get_default_group()
+  // The commit vote of an elastic job (tdist/elastic.h), at the end of each synchronized
+  // backward pass: once this rank has every bucket reduced, one all_reduce of one int.
+  // When backward returns, every rank holds the step's complete reduction and may apply it;
+  // when it raises (a rank died or hung), the step is complete on some ranks at most, and
+  // elastic::recover brings the others to them. Costs one small collective per step.
+  bool commit_vote = false;
 };
 
 // The part of DistributedDataParallel that does not depend on the module type.
