@@ -19,11 +19,12 @@ set -euo pipefail
 # lld: the linker the trees use where it is present (TDIST_USE_LLD): a third of ld.bfd's time.
 # ninja-build: the generator of the scripts' build trees (it keeps both cores compiling).
 # python3-pytest-xdist: the Python tests one per CPU at a time (scripts/test_python.sh).
+# etcd-server: the EtcdStore and tdistrun --rdzv-backend etcd-v2 tests start a local etcd.
 packages=(build-essential cmake pkg-config clang libgtest-dev libgmock-dev libbenchmark-dev
           libssl-dev iproute2 python3-torch zlib1g-dev libtorch-dev libopenblas0-pthread
           dataset-fashion-mnist libopenmpi-dev openmpi-bin pybind11-dev python3-pytest
           nlohmann-json3-dev libcli11-dev libclang-rt-14-dev ccache openssl lld ninja-build
-          python3-pytest-xdist)
+          python3-pytest-xdist etcd-server)
 
 missing=()
 for p in "${packages[@]}"; do
