@@ -25,8 +25,9 @@ constexpr auto kSettings = std::to_array<Setting>({
      "seconds without a heartbeat after which tdistrun agents declare another node dead",
      SettingType::kSeconds, 0, kYear},
     {"TDIST_AGENT_STORE", "",
-     "host:port ([v6]:port) of the launcher's TCPStore; set by tdistrun, env:// then uses it "
-     "instead of MASTER_ADDR/MASTER_PORT"},
+     "host:port ([v6]:port) of the launcher's TCPStore, or etcd://host:port (an etcd the "
+     "launcher's agents meet on); set by tdistrun, env:// then uses it instead of "
+     "MASTER_ADDR/MASTER_PORT"},
     {"TDIST_AGENT_STORE_PREFIX", "",
      "key prefix of this round in TDIST_AGENT_STORE; empty = /worker/attempt_<restart count>"},
     {"TDIST_ALGO", "",

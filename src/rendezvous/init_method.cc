@@ -227,13 +227,21 @@ std::string attempt_prefix() {
   return detail::str_cat("/worker/attempt_", attempt);
 }
 
-// env:// under tdistrun: the launcher's store from TDIST_AGENT_STORE. False when unset.
+// env:// under tdistrun: the launcher's store from TDIST_AGENT_STORE (host:port of a TCPStore,
+// or etcd://host:port). False when unset.
 bool parse_env_agent_store(InitSpec& spec) {
   std::string text = setting_string("TDIST_AGENT_STORE");
   if (text.empty()) return false;
-  HostPort hp =
-      parse_authority(text, detail::str_cat("environment variable TDIST_AGENT_STORE='", text, "'"),
-                      "TDIST_AGENT_STORE=");
+  constexpr std::string_view kEtcd = "etcd://";
+  std::string authority = text;
+  if (lower(text.substr(0, kEtcd.size())) == kEtcd) {
+    spec.etcd = true;
+    authority = text.substr(kEtcd.size());
+    if (!authority.empty() && authority.back() == '/') authority.pop_back();
+  }
+  HostPort hp = parse_authority(
+      authority, detail::str_cat("environment variable TDIST_AGENT_STORE='", text, "'"),
+      spec.etcd ? "TDIST_AGENT_STORE=etcd://" : "TDIST_AGENT_STORE=");
   spec.host = hp.host;
   spec.port = hp.port;
   spec.agent_store = true;

@@ -19,6 +19,9 @@ struct InitSpec {
   int rank = -1;
   int world_size = -1;
   bool agent_store = false;  // the launcher hosts the TCPStore; rank 0 is only a client
+  // TDIST_AGENT_STORE=etcd://host:port: the store is etcd at host:port (EtcdStore), under
+  // key_prefix; nobody hosts anything.
+  bool etcd = false;
   // env:// without MASTER_ADDR/MASTER_PORT under a launcher whose agreement was given
   // (store_agreement.h): host and port are agreed at connection time, not parsed.
   bool agreed_store = false;

@@ -11,6 +11,7 @@
 #include "rendezvous/store_agreement.h"
 #include "rendezvous/store_bind.h"
 #include "tdist/error.h"
+#include "tdist/etcd_store.h"
 #include "tdist/file_store.h"
 #include "tdist/logging.h"
 #include "tdist/prefix_store.h"
@@ -106,6 +107,9 @@ std::shared_ptr<Store> open_store(InitSpec& spec, const StoreAgreement* agreemen
   if (spec.scheme == InitScheme::kFile) {
     return std::make_shared<FileStore>(spec.path, spec.world_size, timeout);
   }
+  if (spec.etcd) {  // keys as a PrefixStore would lay them out, counted under the prefix only
+    return std::make_shared<EtcdStore>(spec.host, spec.port, spec.key_prefix + "/", timeout);
+  }
   std::shared_ptr<Store> store = spec.agreed_store
                                      ? connect_agreed(spec, *agreement, timeout, deadline)
                                      : connect_tcp(spec, timeout, deadline);
@@ -120,6 +124,10 @@ std::string describe(const InitSpec& spec) {
     case InitScheme::kEnv:
     case InitScheme::kTcp:
       break;
+  }
+  if (spec.etcd) {
+    return detail::str_cat("EtcdStore ", host_port(spec.host, spec.port), " (keys under ",
+                           spec.key_prefix, "/)");
   }
   return detail::str_cat("TCPStore ", host_port(spec.host, spec.port),
                          spec.agent_store    ? " (hosted by the launcher)"

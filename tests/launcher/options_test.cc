@@ -387,8 +387,9 @@ TEST(LauncherOptions, BadValuesNameFlagAndValue) {
       {{"--nproc-per-node", "gpu"}, {"'gpu'", "no GPUs"}},
       {{"--node-rank", "1"}, {"--node-rank '1'", "below the number of nodes (1)"}},
       {{"--nnodes", "2", "--master-addr", "h", "--node-rank", "2"}, {"'2'", "nodes (2)"}},
-      {{"--rdzv-backend", "etcd"}, {"--rdzv-backend 'etcd'", "only c10d and static"}},
-      {{"--rdzv-backend", "etcd-v2"}, {"'etcd-v2'", "only c10d and static"}},
+      {{"--rdzv-backend", "zookeeper"}, {"--rdzv-backend 'zookeeper'", "only c10d, static"}},
+      {{"--rdzv-backend", "etcd-v2"}, {"'etcd-v2'", "needs --rdzv-endpoint"}},
+      {{"--rdzv-backend", "etcd", "--rdzv-endpoint", "h:0"}, {"'h:0'", "etcd's client port"}},
       {{"--rdzv-backend", "static", "--nnodes", "2", "--master-addr", "h"}, {"--node-rank"}},
       {{"--node-rank", "0", "--nnodes", "1:2", "--master-addr", "h"},
        {"--nnodes '1:2'", "fixed node count"}},
@@ -475,6 +476,14 @@ TEST(LauncherOptions, RendezvousEndpoints) {
   EXPECT_EQ(o.node_rank, 0);
   // An explicit c10d keeps c10d even with a node rank.
   EXPECT_EQ(options({"--rdzv-backend", "c10d", "--node-rank", "0", "p"}).rdzv_backend, "c10d");
+  // etcd (torchrun's older name) is etcd-v2; etcd's client port is the default.
+  o = options({"--nnodes", "1:2", "--rdzv-backend", "etcd", "--rdzv-endpoint", "e1", "--rdzv-id",
+               "j", "p"});
+  EXPECT_EQ(o.rdzv_backend, "etcd-v2");
+  EXPECT_EQ(o.rdzv_host, "e1");
+  EXPECT_EQ(o.rdzv_port, 2379);
+  EXPECT_EQ(options({"--rdzv-backend", "etcd-v2", "--rdzv-endpoint", "e1:23790", "p"}).rdzv_port,
+            23790);
 }
 
 TEST(LauncherOptions, StandaloneIgnoresRendezvousFlagsAndPicksFreshIds) {

@@ -373,6 +373,30 @@ TEST(RendezvousInitMethod, LauncherStoreReplacesMasterAddr) {
   EXPECT_EQ(spec.key_prefix, "");
 }
 
+TEST(RendezvousInitMethod, LauncherStoreOnEtcd) {
+  ScopedEnv env;
+  LauncherStoreEnv launcher;
+  env.set("RANK", "0");
+  env.set("WORLD_SIZE", "2");
+  env.set("TDIST_AGENT_STORE", "etcd://10.0.0.9:2379");
+  env.set("TDIST_AGENT_STORE_PREFIX", "/tdist/job7/tdistrun/job7/r/0/w");
+  InitSpec spec = parse_init_method("env://", -1, -1);
+  EXPECT_TRUE(spec.etcd);
+  EXPECT_TRUE(spec.agent_store);
+  EXPECT_EQ(spec.host, "10.0.0.9");
+  EXPECT_EQ(spec.port, 2379);
+  EXPECT_EQ(spec.key_prefix, "/tdist/job7/tdistrun/job7/r/0/w");
+  env.set("TDIST_AGENT_STORE", "ETCD://[fd00::7]:2379/");
+  spec = parse_init_method("env://", -1, -1);
+  EXPECT_TRUE(spec.etcd);
+  EXPECT_EQ(spec.host, "fd00::7");
+  env.set("TDIST_AGENT_STORE", "10.0.0.9:2379");
+  EXPECT_FALSE(parse_init_method("env://", -1, -1).etcd);
+  env.set("TDIST_AGENT_STORE", "etcd://10.0.0.9");
+  EXPECT_INVALID(parse_init_method("env://", -1, -1), "TDIST_AGENT_STORE='etcd://10.0.0.9'",
+                 "has no port");
+}
+
 TEST(RendezvousInitMethod, LauncherStoreIsOnlyForEnv) {
   ScopedEnv env;
   LauncherStoreEnv launcher;

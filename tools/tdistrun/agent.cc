@@ -210,6 +210,7 @@ class Agent {
       c.is_host = options_.node_rank == 0;
     }
     c.run_id = options_.rdzv_id;
+    c.etcd = options_.rdzv_backend == "etcd-v2";
     c.min_nodes = options_.min_nodes;
     c.max_nodes = options_.max_nodes;
     c.node_rank = options_.node_rank;
@@ -276,11 +277,7 @@ class Agent {
     return specs;
   }
 
-  std::string store_endpoint() const {
-    const std::string host = rdzv_->store_host();
-    const std::string port = std::to_string(rdzv_->store_port());
-    return host.find(':') != std::string::npos ? "[" + host + "]:" + port : host + ":" + port;
-  }
+  std::string store_endpoint() const { return rdzv_->worker_store(); }
 
   // One round: start, watch, and end the workers; returns how the round ended.
   Outcome run_round(const Round& round) {

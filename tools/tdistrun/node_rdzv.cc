@@ -18,8 +18,10 @@
 #include "net/interface.h"
 #include "net/socket.h"
 #include "tdist/error.h"
+#include "tdist/etcd_store.h"
 #include "tdist/logging.h"
 #include "tdist/settings.h"
+#include "tdistrun/store_loss.h"
 
 namespace tdist::launcher {
 namespace {
@@ -146,6 +148,10 @@ void decode_records(const Bytes& value, std::vector<std::string>* out) {
 
 uint16_t free_port() { return net::listen_tcp("", 0).port(); }
 
+// How long an etcd agent retries connecting to etcd before its calls fail (join_timeout, if
+// shorter).
+constexpr milliseconds kEtcdConnectWindow{30'000};
+
 double seconds(milliseconds ms) { return static_cast<double>(ms.count()) / 1000.0; }
 
 }  // namespace
@@ -154,21 +160,9 @@ std::chrono::milliseconds default_agent_heartbeat_timeout() {
   return setting_seconds("TDIST_AGENT_HEARTBEAT_TIMEOUT");
 }
 
-NodeRendezvous::NodeRendezvous(NodeRdzvConfig config) : config_(std::move(config)) {
+// c10d: hosts the TCPStore when this agent is the host, and connects to it.
+void NodeRendezvous::host_store() {
   const NodeRdzvConfig& c = config_;
-  TDIST_CHECK(!c.host.empty(), InvalidArgument, "rendezvous: empty endpoint host");
-  TDIST_CHECK(!c.run_id.empty(), InvalidArgument, "rendezvous: empty run id");
-  TDIST_CHECK(c.min_nodes >= 1 && c.max_nodes >= c.min_nodes, InvalidArgument,
-              "rendezvous: bad node counts ", c.min_nodes, ":", c.max_nodes,
-              " (want 1 <= MIN <= MAX)");
-  TDIST_CHECK(c.local_world_size >= 1, InvalidArgument, "rendezvous: local world size ",
-              c.local_world_size, " is not positive");
-  TDIST_CHECK(c.node_rank >= -1 && c.node_rank < c.max_nodes, InvalidArgument,
-              "rendezvous: node rank ", c.node_rank, " is not below the ", c.max_nodes,
-              " nodes the job may have");
-  TDIST_CHECK(c.max_restarts >= 0 && c.heartbeat_timeout.count() > 0, InvalidArgument,
-              "rendezvous: max_restarts must be >= 0 and the heartbeat timeout positive");
-  hostname_ = c.hostname.empty() ? local_hostname() : c.hostname;
   if (c.is_host.value_or(c.port == 0 || is_local_address(c.host))) {
     std::string bind_host = listen_host(c.host);
     try {
@@ -186,6 +180,46 @@ NodeRendezvous::NodeRendezvous(NodeRdzvConfig config) : config_(std::move(config
               ":0 names no port, which only the node hosting the store may leave open");
   store_ = std::make_shared<TCPStore>(
       c.host, TCPStoreOptions{.port = port_, .connect_timeout = c.join_timeout});
+}
+
+std::string NodeRendezvous::worker_store() const {
+  const std::string endpoint = net::format_host_port(config_.host, port_);
+  return config_.etcd ? "etcd://" + endpoint : endpoint;
+}
+
+NodeRendezvous::NodeRendezvous(NodeRdzvConfig config) : config_(std::move(config)) {
+  const NodeRdzvConfig& c = config_;
+  TDIST_CHECK(!c.host.empty(), InvalidArgument, "rendezvous: empty endpoint host");
+  TDIST_CHECK(!c.run_id.empty(), InvalidArgument, "rendezvous: empty run id");
+  TDIST_CHECK(c.min_nodes >= 1 && c.max_nodes >= c.min_nodes, InvalidArgument,
+              "rendezvous: bad node counts ", c.min_nodes, ":", c.max_nodes,
+              " (want 1 <= MIN <= MAX)");
+  TDIST_CHECK(c.local_world_size >= 1, InvalidArgument, "rendezvous: local world size ",
+              c.local_world_size, " is not positive");
+  TDIST_CHECK(c.node_rank >= -1 && c.node_rank < c.max_nodes, InvalidArgument,
+              "rendezvous: node rank ", c.node_rank, " is not below the ", c.max_nodes,
+              " nodes the job may have");
+  TDIST_CHECK(c.max_restarts >= 0 && c.heartbeat_timeout.count() > 0, InvalidArgument,
+              "rendezvous: max_restarts must be >= 0 and the heartbeat timeout positive");
+  hostname_ = c.hostname.empty() ? local_hostname() : c.hostname;
+  if (c.etcd) {
+    TDIST_CHECK(c.port != 0, InvalidArgument, "rendezvous on etcd at ", c.host,
+                " needs etcd's client port (--rdzv-endpoint HOST:PORT)");
+    port_ = c.port;
+    key_prefix_ = detail::str_cat("/tdist/", c.run_id, "/");
+    store_ = std::make_shared<EtcdStore>(c.host, port_, key_prefix_, kDefaultStoreTimeout,
+                                         std::min(c.join_timeout, kEtcdConnectWindow));
+  } else {
+    host_store();
+  }
+  store_ = std::make_shared<StoreLossGuard>(
+      std::move(store_),
+      detail::str_cat("the rendezvous store ", c.etcd ? "(etcd) " : "", "at ",
+                      net::format_host_port(c.host, port_)),
+      c.etcd ? "etcd must outlive the job"
+             : "the agent hosting it (the node at that address) has probably died; "
+               "run with --rdzv-backend etcd-v2 --rdzv-endpoint <etcd host:port> to keep a job "
+               "alive when a node is lost");
   if (!server_) probe_store();
   node_addr_ = c.node_addr;
   if (node_addr_.empty()) {
@@ -207,8 +241,8 @@ void NodeRendezvous::probe_store() {
     store_->add(detail::str_cat("tdistrun/", config_.run_id, "/probe"), 0);
   } catch (const Error& e) {
     TDIST_THROW(Error, "the rendezvous endpoint ", config_.host, ":", port_,
-                " does not answer as a tdist store (", e.what(),
-                "); is another program using that port?");
+                config_.etcd ? " does not answer as etcd (" : " does not answer as a tdist store (",
+                e.what(), "); is another program using that port?");
   }
   store_->set_timeout(normal);
 }
@@ -368,7 +402,7 @@ Round NodeRendezvous::make_round(int round, int restarts, int arrival, int membe
   for (int i = 0; i < members; ++i) {
     if (rank_of[i] == 0) r.master_port = records[i].port;
   }
-  r.worker_prefix = round_key(round, "w/");
+  r.worker_prefix = key_prefix_ + round_key(round, "w/");
 
   const auto now = std::chrono::steady_clock::now();
   peers_.clear();

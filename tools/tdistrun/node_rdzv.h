@@ -1,8 +1,11 @@
 // NodeRendezvous: how the tdistrun agents of a job (one per node) meet, agree on ranks, watch
-// each other, restart together and leave together, through one TCPStore.
+// each other, restart together and leave together, through one store.
 //
-// The store is hosted by the agent whose address the rendezvous endpoint is (or, standalone,
-// by the only agent, on a free port); every agent, the host included, is a client of it.
+// c10d: the store is a TCPStore hosted by the agent whose address the rendezvous endpoint is
+// (or, standalone, by the only agent, on a free port); every agent, the host included, is a
+// client of it, and losing the host's node ends the job (PeerError saying the store was
+// lost). etcd (NodeRdzvConfig::etcd): the store is the etcd at the endpoint (EtcdStore, keys
+// under "/tdist/<run_id>/"), which no agent hosts and which outlives every node.
 // An attempt is a Round: agents join (join()), the round closes, workers run while the agents
 // call check() every monitor interval, and the round ends with one Outcome that every agent
 // learns: kRestart or kGiveUp after a failure (report_failure(), or a heartbeat that stopped),
@@ -35,7 +38,8 @@
 //   r/<R>/dead/<i>        set by the one agent that reports node i's lost heartbeat
 //   r/<R>/done            count of nodes whose workers all succeeded (the exit barrier)
 //   r/<R>/exit/<i>        node i learned the final outcome (or was declared dead)
-//   r/<R>/w/              prefix of the round's workers' keys (Round::worker_prefix)
+//   r/<R>/w/              prefix of the round's workers' keys (Round::worker_prefix, which
+//                         with etcd starts with the store's own "/tdist/<run_id>/")
 //
 // Threading: one object per agent, used by one thread. Blocking: join() is bounded by
 // join_timeout (plus one last call when MIN nodes came only just in time); check() and
@@ -70,6 +74,8 @@ struct NodeRdzvConfig {
   // "port P on H is in use". false: only connect.
   std::optional<bool> is_host;
   std::string run_id = "none";
+  // --rdzv-backend etcd-v2: meet on the etcd whose client URL is host:port; nobody hosts.
+  bool etcd = false;
   int min_nodes = 1, max_nodes = 1;
   int node_rank = -1;  // --node-rank hint; -1 = by arrival order
   int local_world_size = 1;
@@ -102,7 +108,7 @@ struct Round {
   // Node 0's address and a port that was free there, for workers that host their own store.
   std::string master_addr;
   uint16_t master_port = 0;
-  std::string worker_prefix;  // "tdistrun/<run_id>/r/<round>/w/"
+  std::string worker_prefix;  // "tdistrun/<run_id>/r/<round>/w/" (etcd: after its prefix)
 };
 
 enum class Outcome { kRestart, kMembershipChange, kGiveUp, kDone };
@@ -121,6 +127,8 @@ class NodeRendezvous {
   const std::string& store_host() const { return config_.host; }
   uint16_t store_port() const { return port_; }
   std::shared_ptr<Store> store() const { return store_; }
+  // TDIST_AGENT_STORE for the workers: "host:port" ([v6]:port), or "etcd://host:port".
+  std::string worker_store() const;
   const std::string& node_addr() const { return node_addr_; }
 
   // Joins the next round and returns once it closed with this node in it. TimeoutError
@@ -163,6 +171,7 @@ class NodeRendezvous {
     std::chrono::steady_clock::time_point moved;
   };
 
+  void host_store();
   std::string job_state_key() const;
   void probe_store();
   std::string round_key(int round, const std::string& name) const;
@@ -181,6 +190,7 @@ class NodeRendezvous {
   std::unique_ptr<TCPStoreServer> server_;
   uint16_t port_ = 0;
   std::shared_ptr<Store> store_;
+  std::string key_prefix_;  // the store's own prefix of every key ("" unless etcd)
   std::string node_addr_;
   std::string hostname_;
 

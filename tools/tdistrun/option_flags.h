@@ -65,7 +65,9 @@ inline constexpr auto kFlags = std::to_array<Flag>({
      "--rdzv-backend, --rdzv-endpoint and --rdzv-id are then ignored"},
     {"rdzv-backend", 0, Kind::kValue, true, kRdzv, "NAME",
      "c10d (node agents meet at the store at --rdzv-endpoint, hosted by the agent whose "
-     "address it is) or static (fixed --node-rank); default c10d, static with --node-rank"},
+     "address it is) or static (fixed --node-rank); default c10d, static with --node-rank; "
+     "etcd-v2 (or etcd): they meet on the etcd at --rdzv-endpoint (default port 2379), which "
+     "outlives any node"},
     {"rdzv-endpoint", 0, Kind::kValue, true, kRdzv, "HOST[:PORT]",
      "where the node agents meet; IPv6 in brackets ([::1]:29400); default port 29400"},
     {"rdzv-id", 0, Kind::kValue, true, kRdzv, "ID",

@@ -339,9 +339,12 @@ void resolve_rendezvous(const Values& values, Options& o) {
     o.rdzv_id = random_id();
     return;
   }
-  if (const Value* v = get("rdzv-backend")) {
-    if (v->text != "c10d" && v->text != "static") bad(*v, "only c10d and static are supported");
-    o.rdzv_backend = v->text;
+  const Value* backend = get("rdzv-backend");
+  if (const Value* v = backend) {
+    o.rdzv_backend = v->text == "etcd" ? "etcd-v2" : v->text;  // torchrun's older name
+    if (o.rdzv_backend != "c10d" && o.rdzv_backend != "static" && o.rdzv_backend != "etcd-v2") {
+      bad(*v, "only c10d, static and etcd-v2 (or etcd) are supported");
+    }
   } else if (o.node_rank >= 0) {
     o.rdzv_backend = "static";
   }
@@ -352,8 +355,13 @@ void resolve_rendezvous(const Values& values, Options& o) {
   const Value* endpoint = get("rdzv-endpoint");
   const Value* addr = get("master-addr");
   const Value* port = get("master-port");
+  const bool etcd = o.rdzv_backend == "etcd-v2";
+  if (etcd && endpoint == nullptr) {
+    bad(*backend, "etcd-v2 needs --rdzv-endpoint HOST[:PORT], etcd's client address");
+  }
   if (endpoint != nullptr) {
-    parse_endpoint(*endpoint, 29400, o.rdzv_host, o.rdzv_port);
+    parse_endpoint(*endpoint, etcd ? 2379 : 29400, o.rdzv_host, o.rdzv_port);
+    if (etcd && o.rdzv_port == 0) bad(*endpoint, "etcd-v2 needs etcd's client port");
   } else {
     o.rdzv_host = "127.0.0.1";
     if (addr != nullptr) {

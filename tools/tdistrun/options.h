@@ -33,7 +33,7 @@ struct Options {
   int nproc_per_node = 1;             // --nproc-per-node N | auto | cpu (= online cores)
   int min_nodes = 1, max_nodes = 1;   // --nnodes N or MIN:MAX
   int node_rank = -1;                 // --node-rank; -1 = assigned by the rendezvous
-  std::string rdzv_backend = "c10d";  // c10d, or static (given --node-rank)
+  std::string rdzv_backend = "c10d";  // c10d, static (given --node-rank) or etcd-v2
   std::string rdzv_host;              // --rdzv-endpoint HOST, else --master-addr (no brackets)
   int rdzv_port = -1;                 // 0 = a free port (one node, no port given)
   std::string rdzv_id = "none";       // --rdzv-id; random hex for a standalone job

@@ -62,6 +62,11 @@ std::string help_text() {
       "store listens on a free port and its --rdzv-id is random, so several jobs on one host "
       "never collide.");
   paragraph(
+      "With --rdzv-backend etcd-v2 --rdzv-endpoint ETCD_HOST:PORT --rdzv-id ID the agents meet "
+      "on an etcd that no node hosts (keys under /tdist/ID/), and so do their workers' env:// "
+      "rendezvous: losing any node, even the first, costs a restart (--max-restarts, --nnodes "
+      "MIN:MAX) rather than the job.");
+  paragraph(
       "Flags are torchrun's: each may be spelled with underscores (--nproc_per_node), given as "
       "--flag=value, or defaulted by a PET_<FLAG> environment variable (PET_NPROC_PER_NODE=4); "
       "the command line wins.");
