@@ -48,8 +48,8 @@ void HttpConnection::send_request(std::string_view path, std::string_view body, 
   request.append("POST ").append(path).append(" HTTP/1.1\r\nHost: ").append(peer_);
   request.append("\r\nContent-Type: application/json\r\nContent-Length: ");
   request.append(std::to_string(body.size())).append("\r\n\r\n").append(body);
-  write_full(fd_.get(), request.data(), request.size(), deadline, peer_);
   received_any_ = false;
+  write_full(fd_.get(), request.data(), request.size(), deadline, peer_);
 }
 
 bool HttpConnection::fill(Deadline deadline) {
