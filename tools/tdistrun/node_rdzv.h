@@ -171,6 +171,7 @@ class NodeRendezvous {
     std::chrono::steady_clock::time_point moved;
   };
 
+  void open_store();  // node_rdzv_store.cc
   void host_store();
   std::string job_state_key() const;
   void probe_store();
