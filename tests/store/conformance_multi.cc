@@ -25,7 +25,7 @@ constexpr int kChildren = 4;
 
 TEST_P(StoreConformance, ConcurrentAddsAreExact) {
   constexpr int kThreads = 8;
-  constexpr int kAddsPerThread = 1000;
+  const int kAddsPerThread = GetParam().concurrent_adds;
   std::vector<std::shared_ptr<Store>> clients;
   for (int t = 0; t < kThreads; ++t) clients.push_back(client());
   std::atomic<int> failures{0};
@@ -42,7 +42,7 @@ TEST_P(StoreConformance, ConcurrentAddsAreExact) {
   }
   for (auto& thread : threads) thread.join();
   ASSERT_EQ(failures.load(), 0);
-  constexpr int64_t kTotal = (kThreads / 2) * kAddsPerThread * 3;
+  const int64_t kTotal = (kThreads / 2) * kAddsPerThread * 3;
   EXPECT_EQ(store().add("total", 0), kTotal);
   EXPECT_EQ(store().get("total", Deadline::after(kReleaseWait)), to_bytes(std::to_string(kTotal)));
 }

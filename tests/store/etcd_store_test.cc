@@ -52,7 +52,7 @@ StoreFactory etcd_factory(std::string name,
     *prefix = "/test/" + name + "/" + std::to_string(next++) + "/";
     return connect();
   };
-  return {std::move(name), create, connect, nullptr};
+  return {std::move(name), create, connect, nullptr, /*concurrent_adds=*/100};
 }
 
 std::vector<StoreFactory> etcd_factories() {
