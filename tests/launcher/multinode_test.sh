@@ -4,11 +4,12 @@
 #
 #   multinode_test.sh TDISTRUN BIN_DIR
 #
-# BIN_DIR holds launcher_env_worker and launcher_flaky_worker. Scenarios: 3 nodes x 2
+# BIN_DIR holds launcher_env_worker, launcher_flaky_worker and launcher_elastic_worker. Scenarios: 3 nodes x 2
 # workers and their environment; a node joining late (either way round); an elastic
 # MIN:MAX range filled within the last call; a node SIGKILLed mid-job (its workers die
 # with it, the others restart without it); a job-wide restart budget ending in a failure
-# summary that names the worker. After each, nothing may be left in the namespaces.
+# summary that names the worker; with --elastic, a node SIGKILLed mid-job left out while the
+# other node's workers go on. After each, nothing may be left in the namespaces.
 # Every tdistrun runs under `timeout`, so a hung rendezvous fails its scenario instead
 # of the whole test. Exit status: 0 all passed, 77 skipped (netns.sh check says why),
 # 1 a scenario failed (its PASS/FAIL line and the agents' stderr say which and why).
@@ -22,7 +23,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 netns="$here/netns.sh"
 tdistrun=$(realpath "$1")
 bin=$(realpath "$2")
-for program in "$tdistrun" "$bin/launcher_env_worker" "$bin/launcher_flaky_worker"; do
+for program in "$tdistrun" "$bin/launcher_env_worker" "$bin/launcher_flaky_worker" \
+  "$bin/launcher_elastic_worker"; do
   [[ -x $program ]] || {
     echo "multinode_test: $program is not an executable (build it first)" >&2
     exit 1
@@ -306,6 +308,36 @@ done
 (($(grep -c "worker rank 2 (local rank 0) failed with exit code 3" "$scenario_dir/node1.err") \
   == 2)) || problem "host 1 did not see rank 2 fail exactly twice"
 end "5: --max-restarts 1 is the job's: one restart, then both nodes fail naming rank 2"
+
+# Scenario 7: --elastic over 2 nodes x 2 workers (launcher_elastic_worker: steps of an
+# all_reduce and the commit vote); host 1's agent is SIGKILLed mid-job, its workers die with
+# it; host 0's agent sees its heartbeat stop, marks ranks 2 and 3 gone, and its workers go on
+# as a group of 2 (generation 1) and finish: the job succeeds without a restart.
+begin s7
+for i in 0 1; do
+  mkdir -p "$scenario_dir/pids$i"
+  launch "$i" "ELASTIC_PID_DIR=$scenario_dir/pids$i" TDIST_AGENT_HEARTBEAT_TIMEOUT=2 \
+    TDIST_ELASTIC_JOIN_WINDOW=20 -- --nnodes 2 --node-rank "$i" --nproc-per-node 2 --elastic \
+    "${endpoint[@]}" "$bin/launcher_elastic_worker" 100 50 auto
+done
+for _ in {1..100}; do
+  (($(find "$scenario_dir"/pids{0,1} -name '*.pid' | wc -l) == 4)) && break
+  sleep 0.1
+done
+sleep 1  # some steps together first
+agent1=$(pgrep -P "${agents[1]}" || true)
+if [[ $(cat "/proc/$agent1/comm" 2>/dev/null) == tdistrun ]]; then
+  kill -KILL "$agent1"
+  expect_exit 1 137
+else
+  problem "no tdistrun under timeout pid ${agents[1]} in host 1"
+fi
+expect_exit 0 0
+grep -q "elastic_worker: steps 100 world 2 generation 1" "$scenario_dir/node0.out" ||
+  problem "host 0's workers did not finish as a group of 2 in generation 1: $(cat "$scenario_dir/node0.out")"
+grep -q "the job goes on without ranks 2..3" "$scenario_dir/node0.err" ||
+  problem "host 0 did not say it goes on without ranks 2..3"
+end "7: --elastic: a SIGKILLed node's ranks are left out; the other node's workers finish as 2"
 
 # Scenario 6: the namespaces go away with nothing in them.
 begin s6

@@ -220,6 +220,7 @@ class Agent {
     // --elastic spends the restarts on replacements (replace_failed); the job as a whole
     // never restarts.
     c.max_restarts = options_.elastic ? 0 : options_.max_restarts;
+    c.elastic = options_.elastic;
     c.join_timeout = options_.join_timeout;
     c.last_call_timeout = options_.last_call_timeout;
     return c;
@@ -312,6 +313,7 @@ class Agent {
             if (signals_.terminating_signal() != 0) signalled_ = signals_.terminating_signal();
             return *end;
           }
+          if (options_.elastic) leave_lost_nodes(round);
           break;
       }
     }
@@ -340,6 +342,23 @@ class Agent {
         say("no restarts left: the job goes on without rank " + std::to_string(global));
         PrefixStore workers(round.worker_prefix, rdzv_->store());
         ElasticGroup::mark_slot_gone(workers, global);
+      }
+    }
+  }
+
+  // --elastic: the slots of nodes whose agents stopped responding are marked gone, so the
+  // survivors' next generation goes on without them.
+  void leave_lost_nodes(const Round& round) {
+    for (int node : rdzv_->take_lost_nodes()) {
+      int first = 0;
+      for (int n = 0; n < node; ++n) first += round.nodes[static_cast<size_t>(n)].local_world_size;
+      const int count = round.nodes[static_cast<size_t>(node)].local_world_size;
+      say("node " + std::to_string(node) + " (" + round.nodes[static_cast<size_t>(node)].hostname +
+          ") stopped responding; the job goes on without ranks " + std::to_string(first) + ".." +
+          std::to_string(first + count - 1));
+      PrefixStore workers(round.worker_prefix, rdzv_->store());
+      for (int slot = first; slot < first + count; ++slot) {
+        ElasticGroup::mark_slot_gone(workers, slot);
       }
     }
   }

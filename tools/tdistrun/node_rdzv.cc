@@ -363,7 +363,24 @@ Outcome NodeRendezvous::finish() {
     }
     store_->add(key(detail::str_cat("hb/", arrival_)), 1);
     if (std::optional<Outcome> lost = peer_lost()) return *lost;
+    if (config_.elastic && store_->add(key("done"), 0) + dead_nodes() >= round_.num_nodes) {
+      return decide(kDone);  // every node finished or was lost
+    }
   }
+}
+
+std::vector<int> NodeRendezvous::take_lost_nodes() {
+  std::vector<int> out;
+  out.swap(lost_nodes_);
+  return out;
+}
+
+int NodeRendezvous::dead_nodes() const {
+  int dead = 0;
+  for (int i = 1; i <= round_.num_nodes; ++i) {  // arrivals count from 1
+    if (store_->check({key(detail::str_cat("dead/", i))})) ++dead;
+  }
+  return dead;
 }
 
 void NodeRendezvous::leave() {
@@ -373,6 +390,11 @@ void NodeRendezvous::leave() {
 // Publishes node `arrival`'s failure once however many agents notice it, acknowledges the
 // end of the job for it (it will not), and decides the round's outcome by the budget.
 Outcome NodeRendezvous::node_failed(int arrival, int node_rank, const std::string& what) {
+  record_dead(arrival, node_rank, what);
+  return decide(after_failure());
+}
+
+void NodeRendezvous::record_dead(int arrival, int node_rank, const std::string& what) {
   std::string who = std::to_string(arrival);
   std::string me = std::to_string(arrival_);
   if (to_string(store_->compare_set(key("dead/" + who), {}, to_bytes(me))) == me) {
@@ -382,7 +404,6 @@ Outcome NodeRendezvous::node_failed(int arrival, int node_rank, const std::strin
                                                    n.addr, ") ", what)}));
     store_->set(key("exit/" + who), "");
   }
-  return decide(after_failure());
 }
 
 const char* NodeRendezvous::after_failure() const {
@@ -429,9 +450,15 @@ std::optional<Outcome> NodeRendezvous::peer_lost() {
     }
     if (now - p.moved < config_.heartbeat_timeout) continue;
     if (store_->check({key("outcome")})) return learn(to_string(store_->get(key("outcome"))));
-    return node_failed(p.arrival, p.node_rank,
-                       detail::str_cat("stopped responding: its agent sent no heartbeat for ",
-                                       seconds(config_.heartbeat_timeout), " s"));
+    const std::string what = detail::str_cat("stopped responding: its agent sent no heartbeat for ",
+                                             seconds(config_.heartbeat_timeout), " s");
+    if (config_.elastic) {  // the job goes on without it: record it once, tell the agent
+      record_dead(p.arrival, p.node_rank, what);
+      lost_nodes_.push_back(p.node_rank);
+      peers_.erase(peers_.begin() + static_cast<std::ptrdiff_t>(i));
+      return std::nullopt;
+    }
+    return node_failed(p.arrival, p.node_rank, what);
   }
   return std::nullopt;
 }

@@ -88,6 +88,10 @@ struct NodeRdzvConfig {
   std::chrono::milliseconds last_call_timeout{30'000};
   // A peer whose heartbeat counter has not moved for this long is dead.
   std::chrono::milliseconds heartbeat_timeout = default_agent_heartbeat_timeout();
+  // tdistrun --elastic: a node whose heartbeat stopped does not end the round; it is
+  // recorded (failures, dead/<i>) and take_lost_nodes() hands it to the agent, and the exit
+  // barrier counts it as finished.
+  bool elastic = false;
 };
 
 struct NodeInfo {
@@ -158,6 +162,10 @@ class NodeRendezvous {
   // the round finished, or the outcome of a failure elsewhere. Heartbeats while waiting.
   Outcome finish();
 
+  // --elastic: the node ranks of the peers found lost since the last call (check()/finish()
+  // found them; each once).
+  std::vector<int> take_lost_nodes();
+
   // Leaves on a signal: publishes the record "node R (host, addr) left the job" and decides
   // the round's outcome by the budget, as for a failure, so the others need not wait
   // heartbeat_timeout to notice. No-op outside a live round.
@@ -184,6 +192,8 @@ class NodeRendezvous {
   Outcome learn(const std::string& outcome);
   std::optional<Outcome> peer_lost();
   Outcome node_failed(int arrival, int node_rank, const std::string& what);
+  void record_dead(int arrival, int node_rank, const std::string& what);
+  int dead_nodes() const;  // of the round (dead/<i> set)
   const char* after_failure() const;
   [[noreturn]] void throw_finished() const;
 
@@ -200,6 +210,7 @@ class NodeRendezvous {
   int arrival_ = 0;  // this node's arrival index in round_
   std::vector<Peer> peers_;
   std::optional<Outcome> outcome_;  // of round_, once learned
+  std::vector<int> lost_nodes_;     // --elastic: lost peers not yet taken
 };
 
 }  // namespace tdist::launcher
