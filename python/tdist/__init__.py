@@ -15,6 +15,10 @@ Engines: "auto" (shared memory when every rank of the group is on one host, else
 Errors: a dead rank, a timeout or ranks that disagree raise
 torch.distributed.DistBackendError (a RuntimeError) from the collective or its wait();
 invalid arguments (a tensor on another device than the CPU, for one) raise ValueError.
+
+Fault tolerance (torch 2.x): ``torch.distributed.shrink_group`` and the reconfigure API
+(``dist._reconfigure`` with the peers' ``dist._get_reconfigure_handle()``) work on tdist
+groups; ``tdist.elastic`` runs a job that survives dead ranks under ``tdistrun --elastic``.
 """
 
 import inspect
@@ -52,8 +56,10 @@ def default_engine():
 
 def _create_backend(common, options):
     engine = getattr(options, "engine", None) or default_engine()
+    # enable_reconfigure (torch 2.x): no peers until torch.distributed._reconfigure.
     return _C.create_backend(common.store, common.group_rank, common.group_size,
-                             common.timeout, engine)
+                             common.timeout, engine,
+                             bool(getattr(common, "enable_reconfigure", False)))
 
 
 # Registered for CUDA too (torch 2.x), so that a CUDA tensor reaches tdist and gets its

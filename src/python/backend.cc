@@ -53,25 +53,37 @@ ReduceOp to_reduce_op(const ::c10d::ReduceOp& op) {
               "premul_sum)");
 }
 
-TdistBackend::TdistBackend(std::shared_ptr<tdist::ProcessGroup> group, std::string engine)
+TdistBackend::TdistBackend(std::shared_ptr<tdist::ProcessGroup> group, std::string engine,
+                           c10::intrusive_ptr<::c10d::Store> store)
     : TorchBackendBase(group->rank(), group->size()),
       group_(std::move(group)),
-      engine_(std::move(engine)) {}
+      engine_(std::move(engine)),
+      store_(std::move(store)),
+      handle_(new_reconfigure_handle()) {}
+
+TdistBackend::TdistBackend(int rank, int size, std::chrono::milliseconds timeout,
+                           std::string engine, c10::intrusive_ptr<::c10d::Store> store)
+    : TorchBackendBase(rank, size),
+      engine_(std::move(engine)),
+      store_(std::move(store)),
+      handle_(new_reconfigure_handle()),
+      deferred_timeout_(timeout) {}
 
 TdistBackend::~TdistBackend() { progress_->stop(); }
 
 c10::intrusive_ptr<TdistBackend> TdistBackend::create(
     const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
-    std::chrono::milliseconds timeout, const std::string& engine) {
+    std::chrono::milliseconds timeout, const std::string& engine, bool defer_group) {
   return torch_errors([&] {
     if (engine != "auto" && engine != "tcp" && engine != "shm") {
       TDIST_THROW(InvalidArgument, "engine '", engine,
                   "' is not one the tdist backend serves: auto, tcp or shm");
     }
+    if (defer_group) return c10::make_intrusive<TdistBackend>(rank, size, timeout, engine, store);
     auto adapter = std::make_shared<C10dStore>(store);
     adapter->set_timeout(timeout);
     auto group = backend_factory(engine)(adapter, rank, size, timeout);
-    return c10::make_intrusive<TdistBackend>(std::move(group), engine);
+    return c10::make_intrusive<TdistBackend>(std::move(group), engine, store);
   });
 }
 

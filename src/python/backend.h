@@ -20,8 +20,20 @@
 // them all, and each call's own Work finishes with its batch), split, setTimeout and
 // per-call timeouts, monitoredBarrier, sequence numbers, collective timing, shutdown and
 // abort.
+//
+// Fault tolerance (backend_elastic.cc; c10d headers with C10D_BACKEND_HAS_RECONFIGURE):
+// shrink (torch.distributed.shrink_group) makes a new backend over ProcessGroup::shrink, the
+// excluded ranks left out (SHRINK_ABORT aborts this group first). reconfigure (torch's
+// _reconfigure) replaces this backend's tdist group by one of the peers whose handles
+// (get_reconfigure_handle: unique per backend object) it is given, ranked by their place in
+// the list (a set: in sorted order), met through the c10d store the backend was made with
+// under a namespace of the uuid; so reconfiguring needs that store alive (tdistrun's agent
+// or a FileStore hosts it). A backend made with enable_reconfigure has no group until its
+// first reconfigure. The previous group is released, not aborted: abort() it first where it
+// may still wait for a dead peer.
 // Thread-safety: as a tdist ProcessGroup's; calls are ordered by their issue. Coalescing
-// belongs to the thread that started it, as c10d's does.
+// belongs to the thread that started it, as c10d's does. reconfigure, like shutdown, must
+// not run while another thread calls the backend.
 #pragma once
 
 #include <torch/version.h>
@@ -54,6 +66,10 @@ using TorchBackendBase = ::c10d::Backend;
 using TorchBackendBase = ::c10d::ProcessGroup;
 #endif
 
+// A new reconfigure handle: unique to the calling process and call (host, pid, a random
+// number); backend_elastic.cc.
+std::string new_reconfigure_handle();
+
 // The Work of a send or receive kept for endCoalescing's batch (backend_coalesced.cc).
 class BatchedWork;
 
@@ -68,19 +84,28 @@ struct Coalescing {
 
 class TdistBackend final : public TorchBackendBase {
  public:
-  TdistBackend(std::shared_ptr<tdist::ProcessGroup> group, std::string engine);
+  // Over `group`; `store`: the c10d store reconfigure() meets peers through (null: this
+  // backend cannot reconfigure).
+  TdistBackend(std::shared_ptr<tdist::ProcessGroup> group, std::string engine,
+               c10::intrusive_ptr<::c10d::Store> store = {});
+  // With no group until reconfigure() (torch's enable_reconfigure).
+  TdistBackend(int rank, int size, std::chrono::milliseconds timeout, std::string engine,
+               c10::intrusive_ptr<::c10d::Store> store);
   ~TdistBackend() override;
 
-  // Makes the tdist group of `engine` over `store` (the group's c10d store).
+  // Makes the tdist group of `engine` over `store` (the group's c10d store); with
+  // `defer_group` (enable_reconfigure), no group until reconfigure().
   static c10::intrusive_ptr<TdistBackend> create(const c10::intrusive_ptr<::c10d::Store>& store,
                                                  int rank, int size,
                                                  std::chrono::milliseconds timeout,
-                                                 const std::string& engine);
+                                                 const std::string& engine,
+                                                 bool defer_group = false);
 
   const std::string getBackendName() const override { return "tdist"; }
   // The tdist engine this group was made with ("auto", "tcp" or "shm").
   const std::string& engine() const { return engine_; }
-  // The tdist group; InvalidArgument once shutdown() released it.
+  // The tdist group; InvalidArgument once shutdown() released it, or before the first
+  // reconfigure() of a backend made without one.
   const std::shared_ptr<tdist::ProcessGroup>& group() const;
 
   using Tensors = std::vector<at::Tensor>;
@@ -136,6 +161,15 @@ class TdistBackend final : public TorchBackendBase {
   void abort() override;
   void shutdown() override;
 #endif
+#ifdef C10D_BACKEND_HAS_RECONFIGURE  // c10d's shrink came before reconfigure
+  bool supportsShrinking() const override { return true; }
+  c10::intrusive_ptr<::c10d::Backend> shrink(const std::vector<int64_t>& ranks_to_exclude,
+                                             int shrink_flags,
+                                             const c10::intrusive_ptr<Options>& opts) override;
+  bool supportsReconfigure() const override { return store_ != nullptr; }
+  ::c10d::ReconfigureHandle get_reconfigure_handle() const override { return handle_; }
+  WorkRef reconfigure(const ::c10d::ReconfigureOptions& opts) override;
+#endif
 
   // The deadline of a wait that the call's options bound: theirs when set, else the
   // group's timeout (setTimeout) as it is now.
@@ -168,14 +202,22 @@ class TdistBackend final : public TorchBackendBase {
 
   std::shared_ptr<tdist::ProcessGroup> group_;
   std::string engine_;
+  // reconfigure's: the c10d store peers meet through, this backend's handle, the timeout of a
+  // backend that has no group yet, the uuids used so far, and shrinks made (store namespaces).
+  c10::intrusive_ptr<::c10d::Store> store_;
+  const std::string handle_;
+  std::chrono::milliseconds deferred_timeout_{0};
+  std::vector<int64_t> uuids_;
+  uint64_t shrinks_ = 0;
   std::atomic<int64_t> timeout_ms_{-1};     // setTimeout's, for waits; -1: the group's own
   std::atomic<bool> timing_{false};         // enableCollectivesTiming
   std::atomic<uint64_t> collectives_{0};    // issued so far: the group's sequence number
   std::atomic<bool> coalescing_on_{false};  // coalescing_ is set (checked without the lock)
   Mutex coalescing_mu_;
   std::unique_ptr<Coalescing> coalescing_ TDIST_GUARDED_BY(coalescing_mu_);
-  // Waits on the point-to-point Works whose futures were taken; stopped before group_ goes.
-  const std::shared_ptr<ProgressThread> progress_ = std::make_shared<ProgressThread>();
+  // Waits on the point-to-point Works whose futures were taken; stopped before group_ goes
+  // (reconfigure starts another for the new group).
+  std::shared_ptr<ProgressThread> progress_ = std::make_shared<ProgressThread>();
 };
 
 }  // namespace tdist::python

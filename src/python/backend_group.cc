@@ -39,7 +39,10 @@ std::string missing_ranks(std::string_view text) {
 
 const std::shared_ptr<tdist::ProcessGroup>& TdistBackend::group() const {
   TDIST_CHECK(group_ != nullptr, InvalidArgument,
-              "this tdist group was shut down (shutdown() or destroy_process_group())");
+              deferred_timeout_.count() > 0 && uuids_.empty()
+                  ? "this tdist group was made with enable_reconfigure and has no peers yet: "
+                    "call torch.distributed._reconfigure first"
+                  : "this tdist group was shut down (shutdown() or destroy_process_group())");
   return group_;
 }
 
@@ -91,7 +94,7 @@ TdistBackend::WorkRef TdistBackend::barrier(const ::c10d::BarrierOptions& opts) 
 
 #if TORCH_VERSION_MAJOR >= 2
 c10::intrusive_ptr<::c10d::Backend> TdistBackend::split(
-    const c10::intrusive_ptr<::c10d::Store>& /*store*/, const std::vector<int>& ranks,
+    const c10::intrusive_ptr<::c10d::Store>& store, const std::vector<int>& ranks,
     const c10::intrusive_ptr<Options>& opts) {
   return torch_errors([&]() -> c10::intrusive_ptr<::c10d::Backend> {
     const auto& pg = group();
@@ -118,7 +121,7 @@ c10::intrusive_ptr<::c10d::Backend> TdistBackend::split(
                 "ranks passed different splits); rank ",
                 me, " was given [", key, "]", ok ? "" : " and got another group");
     if (child == nullptr) return {};
-    auto backend = c10::make_intrusive<TdistBackend>(std::move(child), engine_);
+    auto backend = c10::make_intrusive<TdistBackend>(std::move(child), engine_, store);
     if (opts && opts->timeout != group_->timeout()) backend->setTimeout(opts->timeout);
     return backend;
   });
@@ -131,8 +134,9 @@ void TdistBackend::setTimeout(std::chrono::milliseconds timeout) {
 c10::intrusive_ptr<::c10d::Backend::Options> TdistBackend::getBackendOptions() {
   return torch_errors([&] {
     const int64_t set = timeout_ms_.load(std::memory_order_relaxed);
-    return c10::make_intrusive<Options>(
-        "tdist", set < 0 ? group()->timeout() : std::chrono::milliseconds(set));
+    const std::chrono::milliseconds own =
+        group_ == nullptr && uuids_.empty() ? deferred_timeout_ : group()->timeout();
+    return c10::make_intrusive<Options>("tdist", set < 0 ? own : std::chrono::milliseconds(set));
   });
 }
 
