@@ -2,8 +2,9 @@
 tdistrun --elastic: a small MLP, SGD with momentum, deterministic data (each step's global
 batch is fixed by the step, dealt over the generation's ranks).
 
-  --die SLOT@STEP: the process holding SLOT SIGKILLs itself in step STEP, after its forward
-  (the others are left in backward's all_reduce), once per job (a mark file in --marks).
+  --die SLOT@STEP[:after-vote]: the process holding SLOT SIGKILLs itself in step STEP, after
+  its forward (the others are left in backward's all_reduce), or after its vote completed and
+  before its optimizer step, once per job (a mark file in --marks).
   --out PREFIX: each rank writes PREFIX.<slot>: a JSON line with the parameters' SHA-256,
   the step, the world size, the generation and the recoveries.
 """
@@ -47,12 +48,13 @@ def params_hash(model):
     return h.hexdigest()
 
 
-def maybe_die(args, slot, step):
+def maybe_die(args, slot, step, when="before-backward"):
     if args.die is None:
         return
-    die_slot, die_step = (int(v) for v in args.die.split("@"))
+    where, _, at = args.die.partition(":")
+    die_slot, die_step = (int(v) for v in where.split("@"))
     mark = os.path.join(args.marks, "died")
-    if slot != die_slot or step != die_step or os.path.exists(mark):
+    if (slot, step, when) != (die_slot, die_step, at or "before-backward") or os.path.exists(mark):
         return
     with open(mark, "w") as f:
         f.write(f"{os.getpid()}\n")
@@ -85,6 +87,7 @@ def main():
             maybe_die(args, job.slot, job.step)
             loss.backward()
             if job.commit():
+                maybe_die(args, job.slot, job.step - 1, "after-vote")
                 opt.step()
         except Exception as e:  # noqa: BLE001
             if not tdist.elastic.is_failure(e):

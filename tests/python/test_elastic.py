@@ -112,16 +112,19 @@ def reference():
     return hashes.pop()
 
 
-def test_ddp_replacement_matches_a_run_without_the_failure_bit_for_bit(reference):
+@pytest.mark.parametrize("die", ["1@5", "2@7:after-vote"])
+def test_ddp_replacement_matches_a_run_without_the_failure_bit_for_bit(reference, die):
+    dead = int(die[0])
     with tempfile.TemporaryDirectory() as tmp:
-        reports, log = train(tmp, "replaced", restarts=1, die="1@5")
+        reports, log = train(tmp, "replaced", restarts=1, die=die)
         assert os.path.exists(os.path.join(tmp, "died")), log
     assert sorted(reports) == [0, 1, 2, 3], log
     for slot, r in reports.items():
         assert (r["step"], r["world"], r["generation"]) == (12, 4, 1), (slot, r, log[-3000:])
         assert r["hash"] == reference, (slot, r)
         assert r["default_is_job_group"], r
-    assert any(e[0] == "recovered" and e[3] == [1] for e in reports[1]["events"]), reports[1]
+    # The replacement took a survivor's state (after the vote: at the step the vote committed).
+    assert any(e[0] == "recovered" and e[3] == [dead] for e in reports[dead]["events"]), reports
     assert any(e[0] == "rejoined" for e in reports[0]["events"]), reports[0]
 
 
