@@ -231,13 +231,14 @@ bool peer_failure(const std::exception& e) {
          what.find("aborted") != std::string::npos;
 }
 
-int train_elastic(const Flags& flags) {
+int train_elastic(const Flags& flags, int64_t started) {
   tdist::ElasticOptions options;
   options.backend = flags.backend;
   if (flags.join_window >= 0) {
     options.join_window = std::chrono::milliseconds(static_cast<int64_t>(flags.join_window * 1e3));
   }
   std::unique_ptr<tdist::ElasticGroup> job = tdist::ElasticGroup::join(options);
+  const int64_t joined = now_ns();
   const int slot = job->slot();
   const int64_t width =
       job->newcomer() && flags.newcomer_width > 0 ? flags.newcomer_width : flags.width;
@@ -252,6 +253,8 @@ int train_elastic(const Flags& flags) {
   tdist::elastic::Progress progress;
   if (!job->newcomer()) progress.step = 0;
   Report report;
+  report.events.push_back("process started " + std::to_string(started) + " joined " +
+                          std::to_string(joined));
   auto recover = [&] {
     maybe_die(flags, slot, progress.step, When::kInRecover);
     const tdist::elastic::Recovery r = tdist::elastic::recover(*job, state, progress, &sampler);
@@ -313,10 +316,15 @@ int train_elastic(const Flags& flags) {
       }
     } catch (const std::exception& e) {
       if (!peer_failure(e)) throw;
+      const int64_t caught = now_ns();
       job->group()->abort();
       ddp.reset();
+      const int64_t released = now_ns();
       rejoin(e);
       ddp = make_ddp();
+      report.events.push_back("failure caught " + std::to_string(caught) + " released " +
+                              std::to_string(released) + " ddp_ready " +
+                              std::to_string(now_ns()));
     }
   }
   write_report(flags, slot, *model.ptr(), progress.step, job->size(), job->generation(), report);
@@ -382,6 +390,7 @@ int train_restart(const Flags& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const int64_t started = now_ns();
   Flags flags;
   if (!parse_flags(argc, argv, flags)) {
     std::fputs(kUsage, stderr);
@@ -391,7 +400,7 @@ int main(int argc, char** argv) {
     torch::set_num_threads(std::atoi(t));
   }
   try {
-    return flags.restart ? train_restart(flags) : train_elastic(flags);
+    return flags.restart ? train_restart(flags) : train_elastic(flags, started);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_elastic: %s\n", e.what());
     return 1;

@@ -73,6 +73,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <string_view>
 #include <utility>
 
 #include "core/op_fingerprint.h"
@@ -81,6 +82,14 @@
 #include "transport/topology.h"
 
 namespace tdist::transport {
+
+// The words of a PeerError for a connection that ended without the peer's notice (its
+// process died, or the link broke), as opposed to a peer that aborted and said why:
+// "rank R: connection to rank P (...) lost: <reason>", nested in what other ranks report.
+inline constexpr std::string_view kConnectionLost = ") lost: ";
+inline bool reports_lost_connection(std::string_view what) {
+  return what.find(kConnectionLost) != std::string_view::npos;
+}
 
 inline constexpr uint64_t kP2PTagBit = uint64_t{1} << 63;
 inline constexpr int kContextShift = 55;

@@ -192,7 +192,10 @@ std::exception_ptr CommProcessGroup::settle(uint64_t seq, std::exception_ptr err
       store()->set(kDesyncKey, text_bytes(diag::what_of(error)));
     } catch (const std::exception&) {  // best effort: the peers may say PeerError then
     }
-  } else if (diag::is_a<PeerError>(error)) {
+  } else if (diag::is_a<PeerError>(error) &&
+             !transport::reports_lost_connection(diag::what_of(error))) {
+    // A peer that aborted may have found a desync; one whose connection simply ended (its
+    // process died) has nothing to say, and waiting for it would delay every survivor.
     try {
       store()->wait({kDesyncKey}, Deadline::after(kDesyncLookup));
       const Bytes text = store()->get(kDesyncKey);
