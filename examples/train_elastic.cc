@@ -237,12 +237,12 @@ int train_elastic(const Flags& flags, int64_t started) {
   if (flags.join_window >= 0) {
     options.join_window = std::chrono::milliseconds(static_cast<int64_t>(flags.join_window * 1e3));
   }
+  // The model first: a spare (tdistrun --elastic-spares) has it built while it waits in join.
+  auto model = make_model(flags.width);
   std::unique_ptr<tdist::ElasticGroup> job = tdist::ElasticGroup::join(options);
   const int64_t joined = now_ns();
   const int slot = job->slot();
-  const int64_t width =
-      job->newcomer() && flags.newcomer_width > 0 ? flags.newcomer_width : flags.width;
-  auto model = make_model(width);
+  if (job->newcomer() && flags.newcomer_width > 0) model = make_model(flags.newcomer_width);
   torch::optim::SGD optimizer(model->parameters(),
                               torch::optim::SGDOptions(flags.lr).momentum(0.9));
   tdist::torch::DistributedSampler sampler(
@@ -323,8 +323,7 @@ int train_elastic(const Flags& flags, int64_t started) {
       rejoin(e);
       ddp = make_ddp();
       report.events.push_back("failure caught " + std::to_string(caught) + " released " +
-                              std::to_string(released) + " ddp_ready " +
-                              std::to_string(now_ns()));
+                              std::to_string(released) + " ddp_ready " + std::to_string(now_ns()));
     }
   }
   write_report(flags, slot, *model.ptr(), progress.step, job->size(), job->generation(), report);

@@ -4,8 +4,10 @@
 # 60 steps), one worker SIGKILLed in step K (after its forward: the others wait in
 # backward's all_reduce). Time lost = from the SIGKILL to the completion of the step it
 # interrupted (the same step number), read from the workers' per-step completion times:
-#   replace   tdistrun --elastic --max-restarts 1: the survivors reconfigure, a replacement
-#             starts and receives the state from a survivor (tdist::elastic::recover);
+#   spare     tdistrun --elastic --elastic-spares 1 --max-restarts 1: a spare worker, started
+#             with the job and waiting, takes the dead rank's slot; the survivors reconfigure
+#             with it and a survivor sends it the state (tdist::elastic::recover);
+#   replace   the same without a spare: the replacement process starts after the death;
 #   shrink    tdistrun --elastic --max-restarts 0: the survivors go on as 3;
 #   restart   tdistrun --max-restarts 1 with train_elastic --restart: the whole job restarts
 #             and resumes from its last checkpoint (tdist::checkpoint, every 10 steps);
@@ -81,6 +83,7 @@ hash_of() { head -1 "$work/$1/r.0" | cut -d' ' -f2; }
 echo "bench_elastic: 4 ranks, 60 steps, a worker SIGKILLed in step $((kill_step + 1)) ($(nproc --all) cores)"
 run clean $tdistrun --elastic $job
 run replace $tdistrun --elastic --max-restarts 1 $job --die "2@$kill_step"
+run spare $tdistrun --elastic --elastic-spares 1 --max-restarts 1 $job --die "2@$kill_step"
 run shrink $tdistrun --elastic --max-restarts 0 $job --die "2@$kill_step"
 run restart $tdistrun --max-restarts 1 $job --restart --checkpoint "$work/restart/ck" \
   --checkpoint-every 10 --die "2@$kill_step"
@@ -102,10 +105,11 @@ if command -v torchrun >/dev/null && python3 -c "import torch" 2>/dev/null; then
 fi
 
 printf '\n| recovery | time lost per failure, s | step, ms (median) |\n|---|---:|---:|\n'
-for name in replace shrink restart "${torch_rows[@]}"; do
+for name in spare replace shrink restart "${torch_rows[@]}"; do
   read -r secs step <<<"$(lost "$name")"
   case $name in
-    replace) what="tdist live replacement (tdistrun --elastic)" ;;
+    spare) what="tdist live replacement by a waiting spare (--elastic-spares 1)" ;;
+    replace) what="tdist live replacement, started then (tdistrun --elastic)" ;;
     shrink) what="tdist shrink to 3 (tdistrun --elastic, no restart left)" ;;
     restart) what="tdist whole-job restart from a checkpoint (every 10 steps)" ;;
     torchrun) what="torchrun restart, PyTorch DDP over gloo (checkpoint every 10 steps)" ;;
@@ -117,13 +121,15 @@ if [[ -n ${torchrun_failed:-} ]]; then
   echo "torchrun --max-restarts 1: the restarted PyTorch job failed ($torchrun_failed;" \
     "pytorch/pytorch#167288), so torchrun has no row"
 fi
-grep -h "^event generation 1" "$work"/replace/r.* | sed 's/ at [0-9]*$//' | sort | uniq |
-  sed 's/^event /  replace: /' | head -4
-if [[ $(hash_of replace) == $(hash_of clean) ]]; then
-  echo "final parameters after the replacement: equal bit for bit to the job without a failure"
-else
-  echo "final parameters after the replacement: DIFFER from the job without a failure"
-fi
+grep -h "^event generation 1" "$work"/spare/r.* | sed 's/ at [0-9]*$//' | sort | uniq |
+  sed 's/^event /  spare: /' | head -4
+for name in spare replace; do
+  if [[ $(hash_of $name) == $(hash_of clean) ]]; then
+    echo "final parameters ($name): equal bit for bit to the job without a failure"
+  else
+    echo "final parameters ($name): DIFFER from the job without a failure"
+  fi
+done
 
 # The vote's cost: mean step time of a healthy job, R interleaved rounds.
 declare -A total

@@ -41,6 +41,7 @@
 //   g/<g>/arrived       arrivals (add)
 //   g/<g>/members       the closed generation: its slots, comma-separated, in rank order
 //   gone/<slot>         tdistrun will not replace <slot> (mark_slot_gone)
+//   spare/<id>          the slot spare <id> takes (assign_spare)
 //
 // Thread-safety: one thread drives an ElasticGroup; its group() is a ProcessGroup as any.
 // Failures: InvalidArgument for bad options or a store that does not survive ranks;
@@ -82,7 +83,9 @@ class ElasticGroup {
  public:
   // Joins the job through init_method (env:// under tdistrun: RANK is the slot, WORLD_SIZE
   // the slots). A process started while the job runs (a replacement) joins the next
-  // generation and newcomer() is true.
+  // generation and newcomer() is true. A spare (TDIST_ELASTIC_SPARE set, by tdistrun
+  // --elastic-spares) first waits, as long as the job runs, until tdistrun gives it the slot
+  // of a dead worker; everything a program does before join() is then already done.
   static std::unique_ptr<ElasticGroup> join(ElasticOptions options = {},
                                             const std::string& init_method = "env://");
   // The same on a store the caller keeps alive, for slot `slot` of `slots`.
@@ -123,6 +126,9 @@ class ElasticGroup {
   // tdistrun's: slot `slot` will not be replaced, so generations stop waiting for it.
   // `store` is the job's store (the workers' prefix).
   static void mark_slot_gone(Store& store, int slot);
+  // tdistrun --elastic-spares: the spare process started with TDIST_ELASTIC_SPARE=`spare`
+  // takes slot `slot` (its join() has been waiting for this; it then joins as a newcomer).
+  static void assign_spare(Store& store, const std::string& spare, int slot);
 
  private:
   ElasticGroup(std::shared_ptr<Store> store, int slot, int slots, ElasticOptions options);

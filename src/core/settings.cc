@@ -58,6 +58,9 @@ constexpr auto kSettings = std::to_array<Setting>({
      "seconds a new generation of an elastic job waits for members that have not arrived (a "
      "frozen rank, a replacement still starting) before it goes on without them",
      SettingType::kSeconds, 0, kYear},
+    {"TDIST_ELASTIC_SPARE", "",
+     "set by tdistrun --elastic-spares for a spare worker: ElasticGroup::join waits until it "
+     "is given a dead worker's slot"},
     {"TDIST_ENGINE", "auto",
      "engine of the Python torch.distributed backend \"tdist\" when its options name none: "
      "auto, tcp or shm",

@@ -22,6 +22,7 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr char kPrefix[] = "tdist/elastic";
+constexpr std::chrono::hours kHour{1};
 
 std::string gen_key(int generation, const std::string& name) {
   return "g/" + std::to_string(generation) + "/" + name;
@@ -64,6 +65,17 @@ std::unique_ptr<ElasticGroup> ElasticGroup::join(ElasticOptions options,
                                                  const std::string& init_method) {
   JobStore job = open_job_store(init_method, -1, -1, options.timeout, "ElasticGroup::join",
                                 /*must_survive_ranks=*/true);
+  if (const std::string spare = setting_string("TDIST_ELASTIC_SPARE"); !spare.empty()) {
+    PrefixStore elastic(kPrefix, job.store);
+    for (;;) {  // until tdistrun gives this spare a slot (or stops it with the job)
+      try {
+        const std::string slot = to_string(elastic.get("spare/" + spare, Deadline::after(kHour)));
+        TDIST_LOG(kInfo) << "elastic: spare " << spare << " takes slot " << slot;
+        return join(std::move(job.store), std::stoi(slot), job.world_size, std::move(options));
+      } catch (const TimeoutError&) {
+      }
+    }
+  }
   return join(std::move(job.store), job.rank, job.world_size, std::move(options));
 }
 
@@ -188,6 +200,10 @@ bool ElasticGroup::commit(bool ok) {
     group_->all_reduce(&vote, 1, DType::kI32, ReduceOpKind::kMin)->wait();
   }
   return vote == 1;
+}
+
+void ElasticGroup::assign_spare(Store& store, const std::string& spare, int slot) {
+  store.set(std::string(kPrefix) + "/spare/" + spare, std::to_string(slot));
 }
 
 void ElasticGroup::mark_slot_gone(Store& store, int slot) {

@@ -1,10 +1,11 @@
 // Elastic jobs for real: examples/train_elastic (4 ranks of DDP) under tdistrun --elastic,
 // with workers SIGKILLed in the middle of a step. With a replacement, the final parameters
 // equal bit for bit those of the same job without a failure (tcp, shm, auto; twice in a row,
-// rank 0 too; after a vote completed; while the state is being sent); without a restart left
-// the job shrinks to 3 and finishes; a rank frozen (SIGSTOP) past the timeout is left out and,
-// woken up, refused; a replacement with another model is refused and the job goes on; a
-// store that rank 0 hosts is refused. Every job is killed past its own limit.
+// rank 0 too; after a vote completed; while the state is being sent; by a waiting spare);
+// without a restart left the job shrinks to 3 and finishes; a rank frozen (SIGSTOP) past the
+// timeout is left out and, woken up, refused; a replacement with another model is refused
+// and the job goes on; a store that rank 0 hosts is refused. Every job is killed past its
+// own limit.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -37,12 +38,14 @@ struct Outcome {
 // tdistrun --elastic with 4 workers; `env` before it, `around` a shell wrapper ("%s" = the
 // command).
 Outcome run_job(const std::string& backend, const std::string& flags, int max_restarts,
-                const std::string& env = "", const std::string& around = "%s") {
+                const std::string& env = "", const std::string& around = "%s",
+                const std::string& launcher_flags = "") {
   TempDir dir;
   const std::string job = "OMP_NUM_THREADS=1 " + env + " timeout -s KILL 90 " + TDIST_TDISTRUN_BIN +
-                          " --standalone --nproc-per-node 4 --elastic" + " --max-restarts " +
-                          std::to_string(max_restarts) + " " + kJob + " --backend " + backend +
-                          " --out " + dir.path() + "/r --marks " + dir.path() + " " + flags;
+                          " --standalone --nproc-per-node 4 --elastic " + launcher_flags +
+                          " --max-restarts " + std::to_string(max_restarts) + " " + kJob +
+                          " --backend " + backend + " --out " + dir.path() + "/r --marks " +
+                          dir.path() + " " + flags;
   std::string command = around;
   command.replace(command.find("%s"), 2, job);
   Outcome o;
@@ -95,6 +98,13 @@ INSTANTIATE_TEST_SUITE_P(Backends, ElasticReplace, ::testing::Values("tcp", "shm
 
 TEST(ElasticFaults, TwoKillsInARowRankZeroFirst) {
   expect_replaced(run_job("auto", "--die 0@4 --die 3@9", 3), "auto", 2);
+}
+
+TEST(ElasticFaults, AWaitingSpareTakesTheDeadRanksPlace) {
+  const Outcome o = run_job("auto", "--die 1@5 --die 3@9", 2, "", "%s", "--elastic-spares 1");
+  expect_replaced(o, "auto", 2);
+  EXPECT_NE(o.out.find("spare 0.0 takes rank 1 (restart 1 of 2)"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("spare 0.1 takes rank 3 (restart 2 of 2)"), std::string::npos) << o.out;
 }
 
 TEST(ElasticFaults, AKillAfterTheVoteRollsTheReplacementForward) {

@@ -226,49 +226,68 @@ class Agent {
     return c;
   }
 
+  // Worker `local` of this node (a spare: local >= nproc_per_node, the environment of local
+  // rank 0 plus TDIST_ELASTIC_SPARE); its error file goes to error_files_[local].
+  WorkerSpec worker_spec(const Round& round, int local, const std::string& spare = "") {
+    const fs::path dir = dir_.worker_dir(round.round, local);
+    WorkerEnvInput in;
+    in.local_rank = spare.empty() ? local : 0;
+    in.local_world_size = options_.nproc_per_node;
+    in.rank_offset = round.rank_offset;
+    in.world_size = round.world_size;
+    in.node_rank = round.node_rank;
+    in.num_nodes = round.num_nodes;
+    in.role = options_.role;
+    in.master_addr = round.master_addr;
+    in.master_port = round.master_port;
+    in.restart_count = round.restart_count;
+    in.max_restarts = options_.max_restarts;
+    in.run_id = options_.rdzv_id;
+    in.error_file = (dir / "error.json").string();
+    in.agent_store = store_endpoint();
+    in.store_prefix = round.worker_prefix;
+
+    WorkerSpec spec;
+    spec.local_rank = local;
+    spec.global_rank = round.rank_offset + local;
+    spec.argv = worker_command(options_);
+    spec.env = worker_environment(current_environment(), in);
+    if (!spare.empty()) spec.env.push_back("TDIST_ELASTIC_SPARE=" + spare);
+    spec.spare = spare;
+    spec.redirect_mask = static_cast<int>(options_.redirects.for_rank(local));
+    spec.tee_mask = static_cast<int>(options_.tee.for_rank(local));
+    spec.console = options_.local_ranks_filter.empty() ||
+                   std::find(options_.local_ranks_filter.begin(), options_.local_ranks_filter.end(),
+                             local) != options_.local_ranks_filter.end();
+    const int files = spec.redirect_mask | spec.tee_mask;
+    if (files & 1) spec.stdout_path = (dir / "stdout.log").string();
+    if (files & 2) spec.stderr_path = (dir / "stderr.log").string();
+    spec.prefix = spare.empty() ? rank_prefix(spec.global_rank) : "[" + host_ + ":spare]:";
+    error_files_.resize(static_cast<size_t>(local) + 1);
+    error_files_[static_cast<size_t>(local)] = in.error_file;
+    return spec;
+  }
+
+  std::string rank_prefix(int global_rank) const {
+    return "[" + host_ + ":rank " + std::to_string(global_rank) + "]:";
+  }
+
+  // --elastic-spares: the next spare of this node, "<node rank>.<number>".
+  WorkerSpec spare_spec(const Round& round) {
+    const int local = options_.nproc_per_node + spares_started_;
+    return worker_spec(round, local,
+                       std::to_string(round.node_rank) + "." + std::to_string(spares_started_++));
+  }
+
   std::vector<WorkerSpec> worker_specs(const Round& round) {
-    const std::vector<std::string> parent = current_environment();
-    const std::vector<std::string> argv = worker_command(options_);
     std::vector<WorkerSpec> specs;
     std::vector<int> ranks;
     for (int local = 0; local < options_.nproc_per_node; ++local) {
-      const fs::path dir = dir_.worker_dir(round.round, local);
-      WorkerEnvInput in;
-      in.local_rank = local;
-      in.local_world_size = options_.nproc_per_node;
-      in.rank_offset = round.rank_offset;
-      in.world_size = round.world_size;
-      in.node_rank = round.node_rank;
-      in.num_nodes = round.num_nodes;
-      in.role = options_.role;
-      in.master_addr = round.master_addr;
-      in.master_port = round.master_port;
-      in.restart_count = round.restart_count;
-      in.max_restarts = options_.max_restarts;
-      in.run_id = options_.rdzv_id;
-      in.error_file = (dir / "error.json").string();
-      in.agent_store = store_endpoint();
-      in.store_prefix = round.worker_prefix;
-
-      WorkerSpec spec;
-      spec.local_rank = local;
-      spec.global_rank = round.rank_offset + local;
-      spec.argv = argv;
-      spec.env = worker_environment(parent, in);
-      spec.redirect_mask = static_cast<int>(options_.redirects.for_rank(local));
-      spec.tee_mask = static_cast<int>(options_.tee.for_rank(local));
-      spec.console =
-          options_.local_ranks_filter.empty() ||
-          std::find(options_.local_ranks_filter.begin(), options_.local_ranks_filter.end(),
-                    local) != options_.local_ranks_filter.end();
-      const int files = spec.redirect_mask | spec.tee_mask;
-      if (files & 1) spec.stdout_path = (dir / "stdout.log").string();
-      if (files & 2) spec.stderr_path = (dir / "stderr.log").string();
-      spec.prefix = "[" + host_ + ":rank " + std::to_string(spec.global_rank) + "]:";
-      ranks.push_back(spec.global_rank);
-      specs.push_back(std::move(spec));
-      error_files_.push_back(in.error_file);
+      specs.push_back(worker_spec(round, local));
+      ranks.push_back(specs.back().global_rank);
     }
+    spares_started_ = 0;
+    for (int k = 0; k < options_.elastic_spares; ++k) specs.push_back(spare_spec(round));
     world_size_ = round.world_size;
     if (!trace_dir_.empty()) remove_rank_traces(trace_dir_, ranks);  // none from earlier rounds
     if (options_.redirects.all != Streams::kNone || !options_.redirects.per_rank.empty() ||
@@ -288,8 +307,10 @@ class Agent {
       switch (group->wait(Clock::now() + options_.monitor_interval)) {
         case WorkerGroup::Event::kAllSucceeded:
           if (options_.elastic && !group->any_succeeded()) {  // every worker died
+            group->stop(SIGTERM, options_.term_timeout);      // and the spares go
             return rdzv_->report_failure(failure_records(*group, round));
           }
+          if (group->idle_spare()) group->stop(SIGTERM, options_.term_timeout);  // not needed
           return interruptible(signals_, [&] { return rdzv_->finish(); });
         case WorkerGroup::Event::kWorkerFailed: {
           if (options_.elastic) {
@@ -326,6 +347,11 @@ class Agent {
     std::vector<std::pair<int, int>> failed;  // (local rank, global rank)
     for (const WorkerExit& e : group.exits()) {
       if (!e.failed() || e.stopped_by_us || e.accepted) continue;
+      if (e.spare) {
+        say("a spare worker (local " + std::to_string(e.local_rank) +
+            ") failed; it is not replaced");
+        continue;
+      }
       failed.emplace_back(e.local_rank, e.global_rank);
       say("worker rank " + std::to_string(e.global_rank) + " failed with " +
           (e.signal != 0 ? signal_name(e.signal) : "exit code " + std::to_string(e.exit_code)));
@@ -334,10 +360,20 @@ class Agent {
     for (const auto& [local, global] : failed) {
       if (elastic_restarts_ < options_.max_restarts) {
         ++elastic_restarts_;
-        say("starting a replacement for rank " + std::to_string(global) + " (restart " +
-            std::to_string(elastic_restarts_) + " of " + std::to_string(options_.max_restarts) +
-            "); the other workers go on");
-        group.restart(local);
+        const std::string count = " (restart " + std::to_string(elastic_restarts_) + " of " +
+                                  std::to_string(options_.max_restarts) + ")";
+        PrefixStore workers(round.worker_prefix, rdzv_->store());
+        if (const auto spare = group.idle_spare()) {
+          say("spare " + spare->second + " takes rank " + std::to_string(global) + count +
+              "; the other workers go on");
+          ElasticGroup::assign_spare(workers, spare->second, global);
+          group.promote(spare->first, global, rank_prefix(global));
+          if (elastic_restarts_ < options_.max_restarts) group.add(spare_spec(round));
+        } else {
+          say("starting a replacement for rank " + std::to_string(global) + count +
+              "; the other workers go on");
+          group.restart(local);
+        }
       } else {
         say("no restarts left: the job goes on without rank " + std::to_string(global));
         PrefixStore workers(round.worker_prefix, rdzv_->store());
@@ -451,6 +487,7 @@ class Agent {
   const std::string trace_dir_ = setting_string("TDIST_TRACE");  // the workers inherit it
   int world_size_ = 0;                                           // of the last round
   int elastic_restarts_ = 0;                                     // replacements started (--elastic)
+  int spares_started_ = 0;  // this round's spares (--elastic-spares)
   JobRecordFile job_record_;
 };
 

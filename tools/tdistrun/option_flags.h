@@ -54,6 +54,9 @@ inline constexpr auto kFlags = std::to_array<Flag>({
      "keep the other workers running when one dies: start a replacement with its rank while "
      "--max-restarts allows (each counts as one), else let the job go on without it; the "
      "workers survive through tdist::ElasticGroup"},
+    {"elastic-spares", 0, Kind::kValue, true, kWorkers, "N",
+     "with --elastic: N spare workers per node, started and waiting, so that a replacement "
+     "takes a dead worker's rank at once instead of starting then; default 0"},
     {"monitor-interval", 0, Kind::kValue, true, kWorkers, "SEC",
      "how often the agent checks its workers; default 0.1"},
     {"term-timeout", 0, Kind::kValue, false, kWorkers, "SEC",

@@ -409,6 +409,10 @@ Options build(const Values& values) {
   if (const Value* v = get("max-restarts")) {
     o.max_restarts = int_in(*v, 0, 1 << 30, "expected a number >= 0");
   }
+  if (const Value* v = get("elastic-spares")) {
+    o.elastic_spares = int_in(*v, 0, 1024, "expected a number >= 0");
+    if (!o.elastic && o.elastic_spares > 0) bad(*v, "spares need --elastic");
+  }
   if (const Value* v = get("monitor-interval")) o.monitor_interval = seconds(*v);
   o.term_timeout = seconds(get("term-timeout") != nullptr
                                ? *get("term-timeout")

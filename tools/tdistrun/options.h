@@ -43,7 +43,8 @@ struct Options {
   std::optional<bool> is_host;                         // rdzv-conf is_host
   bool standalone = false;                             // --standalone
   int max_restarts = 0;                                // --max-restarts
-  bool elastic = false;  // --elastic: replace a dead worker alone, or go on without it
+  bool elastic = false;    // --elastic: replace a dead worker alone, or go on without it
+  int elastic_spares = 0;  // --elastic-spares: waiting spare workers per node
   std::chrono::milliseconds monitor_interval{100};  // --monitor-interval SEC
   std::chrono::milliseconds term_timeout{30000};    // --term-timeout, TDIST_TERM_TIMEOUT
   StreamSpec redirects, tee;                        // -r/--redirects, -t/--tee

@@ -121,7 +121,6 @@ int poll_timeout_ms(Clock::time_point until) {
 
 std::unique_ptr<WorkerGroup> WorkerGroup::start(std::vector<WorkerSpec> specs) {
   std::unique_ptr<WorkerGroup> group(new WorkerGroup(Signals::install().fd()));
-  group->workers_.reserve(specs.size());
   for (WorkerSpec& spec : specs) {
     group->workers_.push_back(Worker{std::move(spec)});
     group->spawn(group->workers_.back());  // on a throw, ~WorkerGroup stops the others
@@ -209,7 +208,7 @@ WorkerGroup::Event WorkerGroup::wait(Clock::time_point until) {
     for (const WorkerExit& exit : exits_) {
       if (exit.failed() && !exit.stopped_by_us && !exit.accepted) return Event::kWorkerFailed;
     }
-    if (!any_running()) return Event::kAllSucceeded;
+    if (!any_worker_running()) return Event::kAllSucceeded;  // spares are not waited for
     if (Clock::now() >= until) return Event::kTimeout;
     if (pump(until) != 0) return Event::kSignal;
   }
@@ -254,6 +253,36 @@ void WorkerGroup::restart(int local_rank) {
   it->out.reset();
   it->err.reset();
   spawn(*it);
+}
+
+std::optional<std::pair<int, std::string>> WorkerGroup::idle_spare() const {
+  for (const Worker& w : workers_) {
+    if (w.running && !w.spec.spare.empty()) return std::make_pair(w.spec.local_rank, w.spec.spare);
+  }
+  return std::nullopt;
+}
+
+void WorkerGroup::promote(int local_rank, int global_rank, std::string prefix) {
+  for (Worker& w : workers_) {
+    if (w.spec.local_rank != local_rank) continue;
+    w.spec.spare.clear();
+    w.spec.global_rank = global_rank;
+    w.spec.prefix = std::move(prefix);
+    return;
+  }
+  TDIST_THROW(InvalidArgument, "no worker has local rank ", local_rank);
+}
+
+void WorkerGroup::add(WorkerSpec spec) {
+  TDIST_CHECK(!stopping_, InvalidArgument, "the workers are being stopped");
+  workers_.push_back(Worker{std::move(spec)});
+  spawn(workers_.back());
+}
+
+bool WorkerGroup::any_worker_running() const {
+  return std::any_of(workers_.begin(), workers_.end(), [](const Worker& worker) {
+    return worker.running && worker.spec.spare.empty();
+  });
 }
 
 bool WorkerGroup::any_succeeded() const {
@@ -322,6 +351,7 @@ void WorkerGroup::record_exit(Worker& worker, int status) {
   exit.local_rank = worker.spec.local_rank;
   exit.global_rank = worker.spec.global_rank;
   exit.pid = worker.pid;
+  exit.spare = !worker.spec.spare.empty();
   if (WIFSIGNALED(status)) {
     exit.signal = WTERMSIG(status);
     exit.exit_code = -exit.signal;

@@ -25,6 +25,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -49,6 +50,9 @@ struct WorkerSpec {
   std::string stdout_path;        // the file of a redirected/teed stdout ("" otherwise)
   std::string stderr_path;        // the file of a redirected/teed stderr ("" otherwise)
   std::string prefix;             // before every console line of a teed stream ("[host:rank 3]:")
+  // tdistrun --elastic-spares: non-empty for a spare worker (its TDIST_ELASTIC_SPARE id),
+  // which waits to be given a rank; the group's success does not wait for it.
+  std::string spare;
 };
 
 struct WorkerExit {
@@ -60,6 +64,7 @@ struct WorkerExit {
   std::chrono::system_clock::time_point when;  // when the launcher reaped it
   bool stopped_by_us = false;                  // it ended after stop() began
   bool accepted = false;                       // accept_failures() took it: no longer an event
+  bool spare = false;                          // it was a spare, never given a rank
   bool failed() const { return signal != 0 || exit_code != 0; }
 };
 
@@ -95,6 +100,12 @@ class WorkerGroup {
   void restart(int local_rank);
   // Whether a worker exited 0.
   bool any_succeeded() const;
+  // Spares (WorkerSpec::spare): the local rank and id of one that is running and waiting, if
+  // any; promote() makes it the worker of `global_rank` (messages and exits name that);
+  // add() starts one more worker (a new spare).
+  std::optional<std::pair<int, std::string>> idle_spare() const;
+  void promote(int local_rank, int global_rank, std::string prefix);
+  void add(WorkerSpec spec);
 
   const std::vector<WorkerExit>& exits() const { return exits_; }  // in reap order
   std::vector<pid_t> pids() const;                                 // in start order
@@ -121,9 +132,10 @@ class WorkerGroup {
   void record_exit(Worker& worker, int status);
   void signal_groups(int sig) const;
   bool any_running() const;
+  bool any_worker_running() const;  // a running worker that is not a spare
 
   int signal_fd_;
-  std::vector<Worker> workers_;
+  std::deque<Worker> workers_;  // a deque: add() never moves a running worker
   std::vector<WorkerExit> exits_;
   bool stopping_ = false;
   bool stopped_ = false;
