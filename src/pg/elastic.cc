@@ -10,6 +10,7 @@
 #include <thread>
 #include <utility>
 
+#include "rendezvous/init_method.h"
 #include "tdist/backend.h"
 #include "tdist/logging.h"
 #include "tdist/prefix_store.h"
@@ -63,8 +64,15 @@ std::string claim_tag(bool survivor) {
 
 std::unique_ptr<ElasticGroup> ElasticGroup::join(ElasticOptions options,
                                                  const std::string& init_method) {
-  JobStore job = open_job_store(init_method, -1, -1, options.timeout, "ElasticGroup::join",
-                                /*must_survive_ranks=*/true);
+  JobStore job;
+  try {
+    job = open_job_store(init_method, -1, -1, options.timeout, "ElasticGroup::join",
+                         /*must_survive_ranks=*/true);
+  } catch (const AuthError& e) {  // another job's token, or none: name who was refused
+    const int slot = rendezvous_detail::parse_init_method(init_method, -1, -1).rank;
+    TDIST_THROW(AuthError, "elastic: slot ", slot,
+                " was refused by the job's store, so it joins no generation: ", e.what());
+  }
   if (const std::string spare = setting_string("TDIST_ELASTIC_SPARE"); !spare.empty()) {
     PrefixStore elastic(kPrefix, job.store);
     for (;;) {  // until tdistrun gives this spare a slot (or stops it with the job)

@@ -1,7 +1,8 @@
 // ElasticGroup's generations and ProcessGroup::shrink, with ranks as threads over one
 // HashStore (which outlives them, as tdistrun's store does): a replacement keeps the ranks,
 // a missing slot is left out after the join window (or at once when marked gone), a member
-// that comes back late is refused, the vote, and shrink's checks. The real thing (SIGKILL
+// that comes back late is refused, one with another job's token too, the vote, and shrink's
+// checks. The real thing (SIGKILL
 // under tdistrun) is tests/torch/elastic_process_test.cc.
 #include "tdist/elastic.h"
 
@@ -16,6 +17,7 @@
 
 #include "pg_test_util.h"
 #include "tdist/hash_store.h"
+#include "tdist/tcp_store.h"
 
 namespace tdist {
 namespace {
@@ -174,6 +176,39 @@ TEST(ElasticGroupTest, AStoreThatRankZeroHostsIsRefused) {
     EXPECT_NE(std::string(e.what()).find("its death would end the job"), std::string::npos)
         << e.what();
   }
+}
+
+TEST(ElasticGroupTest, AProcessWithAnotherTokenIsRefusedAndTheJobGoesOn) {
+  test_support::ScopedEnv job_token("TDIST_AUTH_TOKEN", "the-job-token");  // the transports'
+  auto server = TCPStoreServer::start("127.0.0.1", 0, std::string("the-job-token"));
+  TCPStoreOptions o;
+  o.port = server->port();
+  o.auth_token = "the-job-token";
+  std::vector<std::unique_ptr<ElasticGroup>> jobs(2);
+  auto errors = ThreadWorld::for_each_rank(2, [&](int s) {  // a client each, as processes
+    jobs[static_cast<size_t>(s)] =
+        ElasticGroup::join(std::make_shared<TCPStore>("127.0.0.1", o), s, 2, options());
+  });
+  for (auto& e : errors) ASSERT_EQ(e, nullptr) << describe(e);
+  {
+    test_support::ScopedEnv agent("TDIST_AGENT_STORE",
+                                  ("127.0.0.1:" + std::to_string(o.port)).c_str());
+    test_support::ScopedEnv prefix("TDIST_AGENT_STORE_PREFIX", "");
+    test_support::ScopedEnv rank("RANK", "1");
+    test_support::ScopedEnv world("WORLD_SIZE", "2");
+    test_support::ScopedEnv token("TDIST_AUTH_TOKEN", "another-token");
+    ElasticOptions late = options();
+    late.timeout = milliseconds(5'000);
+    try {
+      ElasticGroup::join(late);
+      ADD_FAILURE() << "a process with another token joined";
+    } catch (const AuthError& e) {
+      EXPECT_NE(std::string(e.what()).find("elastic: slot 1 was refused by the job's store"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  ThreadWorld::for_each_rank(2, [&](int s) { expect_sum(*jobs[static_cast<size_t>(s)], 3); });
 }
 
 TEST(ShrinkTest, TheRemainingRanksGoOnWithoutTheExcluded) {
