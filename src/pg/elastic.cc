@@ -124,7 +124,9 @@ void ElasticGroup::enter(int generation, bool survivor) {
     if (held != tag) {
       TDIST_THROW(StaleMemberError, "elastic: slot ", slot_, " was already taken in generation ", g,
                   " by another process (a replacement started while this one hung?); this ",
-                  survivor ? "member of generation " + std::to_string(g - 1) : "newcomer",
+                  !survivor ? std::string("newcomer")
+                  : g > 0   ? "member of generation " + std::to_string(g - 1)
+                            : std::string("process"),
                   " must exit");
     }
     store_->add(gen_key(g, "arrived"), 1);

@@ -194,6 +194,30 @@ TEST_F(EtcdTdistrunTest, FirstNodeSigkilledTheOtherRestartsAloneAndFinishes) {
   EXPECT_NE(err.find("restarting"), std::string::npos) << err;
 }
 
+// tdistrun --elastic on etcd: the first node dies with its workers, and nothing of the job
+// lived there, so the other node's workers go on as a group of 2 (ElasticGroup) and finish.
+TEST_F(EtcdTdistrunTest, ElasticFirstNodeSigkilledTheOtherNodesWorkersGoOnAsTwo) {
+  etcd_.start();
+  const fs::path pids = dir_ / "pids";
+  fs::create_directory(pids);
+  auto nodes = start_nodes(etcd_flags("2"),
+                           {"--nproc-per-node", "2", "--elastic",
+                            kBinDir + "/launcher_elastic_worker", "150", "40", "auto"},
+                           {"ELASTIC_PID_DIR=" + pids.string(), "TDIST_AGENT_HEARTBEAT_TIMEOUT=2",
+                            "TDIST_ELASTIC_JOIN_WINDOW=30"},
+                           300ms);
+  ASSERT_EQ(wait_for_pids(pids, 4).size(), 4u) << nodes[0]->err() << nodes[1]->err();
+  std::this_thread::sleep_for(500ms);  // some steps together
+  ::kill(nodes[0]->pid(), SIGKILL);    // its workers follow (PDEATHSIG)
+  EXPECT_EQ(nodes[0]->wait(5s), 128 + SIGKILL);
+  EXPECT_EQ(nodes[1]->wait(40s), 0) << nodes[1]->err();
+  EXPECT_NE(nodes[1]->out().find("elastic_worker: steps 150 world 2 generation 1"),
+            std::string::npos)
+      << nodes[1]->out() << nodes[1]->err();
+  EXPECT_NE(nodes[1]->err().find("the job goes on without ranks"), std::string::npos)
+      << nodes[1]->err();
+}
+
 TEST_F(EtcdTdistrunTest, FirstNodeSigkilledUnderC10dEndsTheOtherWithACleanMessage) {
   const uint16_t port = net::listen_tcp("127.0.0.1", 0).port();
   const fs::path pids = dir_ / "pids";

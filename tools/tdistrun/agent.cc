@@ -362,11 +362,11 @@ class Agent {
         ++elastic_restarts_;
         const std::string count = " (restart " + std::to_string(elastic_restarts_) + " of " +
                                   std::to_string(options_.max_restarts) + ")";
-        PrefixStore workers(round.worker_prefix, rdzv_->store());
+        const std::shared_ptr<Store> workers = rdzv_->workers_view(round);
         if (const auto spare = group.idle_spare()) {
           say("spare " + spare->second + " takes rank " + std::to_string(global) + count +
               "; the other workers go on");
-          ElasticGroup::assign_spare(workers, spare->second, global);
+          ElasticGroup::assign_spare(*workers, spare->second, global);
           group.promote(spare->first, global, rank_prefix(global));
           if (elastic_restarts_ < options_.max_restarts) group.add(spare_spec(round));
         } else {
@@ -376,8 +376,8 @@ class Agent {
         }
       } else {
         say("no restarts left: the job goes on without rank " + std::to_string(global));
-        PrefixStore workers(round.worker_prefix, rdzv_->store());
-        ElasticGroup::mark_slot_gone(workers, global);
+        const std::shared_ptr<Store> workers = rdzv_->workers_view(round);
+        ElasticGroup::mark_slot_gone(*workers, global);
       }
     }
   }
@@ -392,9 +392,9 @@ class Agent {
       say("node " + std::to_string(node) + " (" + round.nodes[static_cast<size_t>(node)].hostname +
           ") stopped responding; the job goes on without ranks " + std::to_string(first) + ".." +
           std::to_string(first + count - 1));
-      PrefixStore workers(round.worker_prefix, rdzv_->store());
+      const std::shared_ptr<Store> workers = rdzv_->workers_view(round);
       for (int slot = first; slot < first + count; ++slot) {
-        ElasticGroup::mark_slot_gone(workers, slot);
+        ElasticGroup::mark_slot_gone(*workers, slot);
       }
     }
   }

@@ -19,6 +19,7 @@
 #include "net/socket.h"
 #include "tdist/error.h"
 #include "tdist/logging.h"
+#include "tdist/prefix_store.h"
 #include "tdist/settings.h"
 
 namespace tdist::launcher {
@@ -367,6 +368,10 @@ Outcome NodeRendezvous::finish() {
       return decide(kDone);  // every node finished or was lost
     }
   }
+}
+
+std::shared_ptr<Store> NodeRendezvous::workers_view(const Round& round) const {
+  return std::make_shared<PrefixStore>(round_key(round.round, "w/"), store_);
 }
 
 std::vector<int> NodeRendezvous::take_lost_nodes() {

@@ -133,6 +133,9 @@ class NodeRendezvous {
   std::shared_ptr<Store> store() const { return store_; }
   // TDIST_AGENT_STORE for the workers: "host:port" ([v6]:port), or "etcd://host:port".
   std::string worker_store() const;
+  // The keys the round's workers see (under Round::worker_prefix), through this agent's
+  // store (whose own prefix etcd's worker_prefix already includes).
+  std::shared_ptr<Store> workers_view(const Round& round) const;
   const std::string& node_addr() const { return node_addr_; }
 
   // Joins the next round and returns once it closed with this node in it. TimeoutError
