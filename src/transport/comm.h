@@ -83,12 +83,14 @@
 
 namespace tdist::transport {
 
-// The words of a PeerError for a connection that ended without the peer's notice (its
-// process died, or the link broke), as opposed to a peer that aborted and said why:
-// "rank R: connection to rank P (...) lost: <reason>", nested in what other ranks report.
-inline constexpr std::string_view kConnectionLost = ") lost: ";
-inline bool reports_lost_connection(std::string_view what) {
-  return what.find(kConnectionLost) != std::string_view::npos;
+// The words of a PeerError for a peer whose connection reached its end with neither a
+// notice nor a goodbye: its process died. A peer that aborts sends its notice first and the
+// stream keeps order, so such an end never hides a reason the peer gave (a failed write
+// may: the notice can still be unread). Nested in what the other ranks then report.
+inline constexpr std::string_view kPeerVanished =
+    "the peer closed the connection without a goodbye";
+inline bool reports_vanished_peer(std::string_view what) {
+  return what.find(kPeerVanished) != std::string_view::npos;
 }
 
 inline constexpr uint64_t kP2PTagBit = uint64_t{1} << 63;

@@ -192,15 +192,23 @@ std::exception_ptr CommProcessGroup::settle(uint64_t seq, std::exception_ptr err
       store()->set(kDesyncKey, text_bytes(diag::what_of(error)));
     } catch (const std::exception&) {  // best effort: the peers may say PeerError then
     }
-  } else if (diag::is_a<PeerError>(error) &&
-             !transport::reports_lost_connection(diag::what_of(error))) {
-    // A peer that aborted may have found a desync; one whose connection simply ended (its
-    // process died) has nothing to say, and waiting for it would delay every survivor.
+  } else if (diag::is_a<PeerError>(error)) {
+    // A peer that aborted may have found a desync (its notice may be unread behind a failed
+    // write, or on another lane). A connection that simply ended (the peer's process died)
+    // gets one look, not the wait: a rank that finds a desync writes it before it aborts,
+    // and waiting would delay every survivor of an elastic job by kDesyncLookup.
+    const bool vanished = transport::reports_vanished_peer(diag::what_of(error));
+    auto desync_written = [&] {
+      if (vanished) return store()->check({kDesyncKey});
+      store()->wait({kDesyncKey}, Deadline::after(kDesyncLookup));  // TimeoutError: none
+      return true;
+    };
     try {
-      store()->wait({kDesyncKey}, Deadline::after(kDesyncLookup));
-      const Bytes text = store()->get(kDesyncKey);
-      error = std::make_exception_ptr(
-          DesyncError(diag::what_of(error) + "; because " + std::string(text.begin(), text.end())));
+      if (desync_written()) {
+        const Bytes text = store()->get(kDesyncKey);
+        error = std::make_exception_ptr(DesyncError(diag::what_of(error) + "; because " +
+                                                    std::string(text.begin(), text.end())));
+      }
     } catch (const std::exception&) {  // no desync was found: the PeerError it is
     }
   }

@@ -5,6 +5,7 @@
 #include <new>
 
 #include "tdist/error.h"
+#include "transport/comm.h"
 #include "transport/core/peer.h"
 #include "transport/core/wire.h"
 
@@ -128,8 +129,7 @@ std::string Peer::end_of_stream_locked(size_t lane_index, const std::string& why
   lane.eof = true;
   if (lane.goodbye) return {};  // e.g. a reset after a clean goodbye
   if (!why.empty()) return lost(why);
-  return lost(
-      "the peer closed the connection without a goodbye (its process exited or was killed?)");
+  return lost(std::string(kPeerVanished) + " (its process exited or was killed?)");
 }
 
 std::string Peer::consume_staged_locked(size_t lane_index, Progress* progress) {

@@ -5,7 +5,6 @@
 #include <thread>
 
 #include "tdist/error.h"
-#include "transport/comm.h"
 #include "transport/core/peer.h"
 #include "transport/core/wire.h"
 
@@ -42,7 +41,7 @@ Peer::Peer(int self_rank, int rank, std::vector<std::unique_ptr<Channel>> lanes,
 
 std::string Peer::lost(const std::string& reason) const {
   return detail::str_cat("rank ", self_rank_, ": connection to rank ", rank_, " (",
-                         lanes_.front().channel->describe(), kConnectionLost, reason);
+                         lanes_.front().channel->describe(), ") lost: ", reason);
 }
 
 std::shared_ptr<Op> Peer::post_send(uint64_t tag, const void* data, size_t bytes, Check check,
