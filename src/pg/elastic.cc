@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <random>
 #include <string>
@@ -55,9 +56,10 @@ std::string peek(Store& store, const std::string& key) {
 
 // Unique per process and join: tells a slot's two claimants apart.
 std::string claim_tag(bool survivor) {
-  static std::mt19937_64 rng(std::random_device{}());
+  static const uint64_t seed = std::random_device{}();
+  static std::atomic<uint64_t> joins{0};
   return std::string(survivor ? "s" : "n") + ":" + std::to_string(::getpid()) + ":" +
-         std::to_string(rng());
+         std::to_string(seed) + ":" + std::to_string(joins++);
 }
 
 }  // namespace
