@@ -308,6 +308,9 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   static const char* p2p_name(std::span<const P2POp> ops);
 
  private:
+  // `ranks` sorted, each checked to be a rank of this group listed once (InvalidArgument
+  // naming `caller` otherwise).
+  std::vector<int> sorted_ranks(const char* caller, std::vector<int> ranks) const;
   std::shared_ptr<ProcessGroup> make_member_group(const std::vector<int>& members,
                                                   const std::string& name, bool split = false);
 

@@ -118,16 +118,20 @@ void ProcessGroup::note_finished(uint64_t seq, const std::exception_ptr& error,
   }
 }
 
+std::vector<int> ProcessGroup::sorted_ranks(const char* caller, std::vector<int> ranks) const {
+  std::sort(ranks.begin(), ranks.end());
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    TDIST_CHECK(ranks[i] >= 0 && ranks[i] < size_, InvalidArgument, caller, ": rank ", ranks[i],
+                " is outside 0..", size_ - 1);
+    TDIST_CHECK(i == 0 || ranks[i] != ranks[i - 1], InvalidArgument, caller, ": rank ", ranks[i],
+                " is listed twice");
+  }
+  return ranks;
+}
+
 std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks) {
   TDIST_CHECK(!ranks.empty(), InvalidArgument, "new_group: the rank list is empty");
-  std::vector<int> sorted = ranks;
-  std::sort(sorted.begin(), sorted.end());
-  for (size_t i = 0; i < sorted.size(); ++i) {
-    TDIST_CHECK(sorted[i] >= 0 && sorted[i] < size_, InvalidArgument, "new_group: rank ", sorted[i],
-                " is outside 0..", size_ - 1);
-    TDIST_CHECK(i == 0 || sorted[i] != sorted[i - 1], InvalidArgument, "new_group: rank ",
-                sorted[i], " is listed twice");
-  }
+  const std::vector<int> sorted = sorted_ranks("new_group", std::move(ranks));
   const uint64_t n = subgroups_made_++;
   return make_member_group(sorted, "group/" + std::to_string(n));
 }
@@ -156,15 +160,9 @@ std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key) {
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::shrink(std::vector<int> exclude) {
-  std::sort(exclude.begin(), exclude.end());
-  for (size_t i = 0; i < exclude.size(); ++i) {
-    TDIST_CHECK(exclude[i] >= 0 && exclude[i] < size_, InvalidArgument, "shrink: rank ", exclude[i],
-                " is outside 0..", size_ - 1);
-    TDIST_CHECK(i == 0 || exclude[i] != exclude[i - 1], InvalidArgument, "shrink: rank ",
-                exclude[i], " is listed twice");
-    TDIST_CHECK(exclude[i] != rank_, InvalidArgument, "shrink: rank ", rank_,
-                " excludes itself; only the remaining ranks call shrink");
-  }
+  exclude = sorted_ranks("shrink", std::move(exclude));
+  TDIST_CHECK(!std::binary_search(exclude.begin(), exclude.end(), rank_), InvalidArgument,
+              "shrink: rank ", rank_, " excludes itself; only the remaining ranks call shrink");
   TDIST_CHECK(exclude.size() < static_cast<size_t>(size_), InvalidArgument,
               "shrink: excluding every rank leaves nobody");
   std::vector<int> members;
