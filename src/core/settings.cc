@@ -71,6 +71,12 @@ constexpr auto kSettings = std::to_array<Setting>({
     {"TDIST_FLIGHT_RECORDER_SIZE", "1024",
      "collectives each process group remembers for its flight record (0 = none)", SettingType::kInt,
      0, 1 << 24},
+    {"TDIST_LAZY_CONNECT", "0",
+     "1: a pair of ranks joined by TCP connects when it first exchanges something, not when the "
+     "group is made (torch: TORCH_GLOO_LAZY_INIT); groups whose algorithms talk to few peers "
+     "then connect only those, and an elastic reconfigure no full mesh (tdistrun --elastic "
+     "sets 1 for its workers unless it is set)",
+     SettingType::kBool},
     {"TDIST_LOCAL_RANK", "",
      "this process's rank on its host, for the CUDA device it uses (tdist::torch::local_device "
      "and the nccl backend: the rank modulo the visible devices); unset: LOCAL_RANK (torchrun's "

@@ -50,6 +50,7 @@ constexpr const char* kVariables[] = {
     "TDIST_AGENT_STORE",
     "TDIST_AGENT_STORE_PREFIX",
     "TDIST_USE_AGENT_STORE",
+    "TDIST_LAZY_CONNECT",
 };
 
 std::string env_or_unset(const char* name) {

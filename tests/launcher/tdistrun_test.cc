@@ -84,6 +84,20 @@ TEST_F(TdistrunTest, OneWorkerGetsNoThreadLimits) {
   EXPECT_EQ(vars["WORLD_SIZE"], "1");
   EXPECT_EQ(vars["OMP_NUM_THREADS"], "<unset>");
   EXPECT_EQ(vars["OPENBLAS_NUM_THREADS"], "<unset>");
+  EXPECT_EQ(vars["TDIST_LAZY_CONNECT"], "<unset>");
+}
+
+// --elastic: the workers connect lazily (an elastic reconfigure then costs no full mesh),
+// unless the user's environment says otherwise.
+TEST_F(TdistrunTest, ElasticWorkersConnectLazilyUnlessTheUserSaysOtherwise) {
+  Result r = run({"--nproc-per-node", "1", "--elastic", kEnvWorker},
+                 {"ENV_WORKER_OUT_DIR=" + dir_.string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(read_env_report(dir_ / "rank_0.env")["TDIST_LAZY_CONNECT"], "1");
+  r = run({"--nproc-per-node", "1", "--elastic", kEnvWorker},
+          {"ENV_WORKER_OUT_DIR=" + dir_.string(), "TDIST_LAZY_CONNECT=0"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(read_env_report(dir_ / "rank_0.env")["TDIST_LAZY_CONNECT"], "0");
 }
 
 TEST_F(TdistrunTest, PythonTorchProgramRunsUnmodified) {

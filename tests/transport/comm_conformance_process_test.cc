@@ -73,6 +73,17 @@ TEST_P(CommProcessTest, SigkilledRankMakesEveryOtherRankFailFast) {
   for (int rank = 0; rank < kWorld; ++rank) {
     pids.push_back(fork_child([&, rank] {
       auto comm = connect_over_file_store(store.path(), rank, kWorld);
+      // Every pair talks first: lazy connections (tcp_lazy) then join every pair, as a full
+      // mesh does from the start (a rank learns of a death over a connection).
+      std::vector<RequestPtr> hello;
+      uint8_t out = 1;
+      std::vector<uint8_t> in(kWorld);
+      for (int peer = 0; peer < kWorld; ++peer) {
+        if (peer == rank) continue;
+        hello.push_back(comm->irecv(peer, p2p_tag(9), &in[peer], 1));
+        hello.push_back(comm->isend(peer, p2p_tag(9), &out, 1));
+      }
+      for (auto& req : hello) req->wait(op_deadline());
       std::vector<uint8_t> big(kBig, 1);
       if (rank == kWorld - 1) {
         // Starts a message far larger than any buffer, then dies with it half sent.

@@ -95,6 +95,15 @@ inline const std::vector<CommFactory>& comm_factories() {
          options.tls = test_tls_context();
          return connect_tcp_comm(std::move(store), rank, size, options);
        }},
+      // TCP whose pairs connect at their first exchange (tcp/lazy_mesh.h).
+      {"tcp_lazy",
+       [](std::shared_ptr<Store> store, int rank, int size, const CommTestOptions& o) {
+         TcpCommOptions options;
+         options.timeout = o.setup_timeout;
+         options.tls = nullptr;
+         options.lazy = true;
+         return connect_tcp_comm(std::move(store), rank, size, options);
+       }},
       {"shm",
        [](std::shared_ptr<Store> store, int rank, int size, const CommTestOptions& o) {
          ShmCommOptions options;

@@ -246,6 +246,7 @@ class Agent {
     in.error_file = (dir / "error.json").string();
     in.agent_store = store_endpoint();
     in.store_prefix = round.worker_prefix;
+    in.elastic = options_.elastic;
 
     WorkerSpec spec;
     spec.local_rank = local;

@@ -53,7 +53,8 @@ inline constexpr auto kFlags = std::to_array<Flag>({
     {"elastic", 0, Kind::kSwitch, true, kWorkers, "",
      "keep the other workers running when one dies: start a replacement with its rank while "
      "--max-restarts allows (each counts as one), else let the job go on without it; the "
-     "workers survive through tdist::ElasticGroup"},
+     "workers survive through tdist::ElasticGroup, and connect lazily (TDIST_LAZY_CONNECT=1 "
+     "unless set)"},
     {"elastic-spares", 0, Kind::kValue, true, kWorkers, "N",
      "with --elastic: N spare workers per node, started and waiting, so that a replacement "
      "takes a dead worker's rank at once instead of starting then; default 0"},

@@ -48,6 +48,10 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& pare
       if (!has_value(parent, name)) own.emplace_back(name, "1");
     }
   }
+  // An elastic job's generations connect only the pairs that talk (transport/tcp/lazy_mesh.h).
+  if (in.elastic && !has_value(parent, "TDIST_LAZY_CONNECT")) {
+    own.emplace_back("TDIST_LAZY_CONNECT", "1");
+  }
   std::vector<std::string> env;
   env.reserve(parent.size() + own.size());
   for (const std::string& e : parent) {

@@ -28,6 +28,7 @@ struct WorkerEnvInput {
   std::string error_file;    // TORCHELASTIC_ERROR_FILE
   std::string agent_store;   // "host:port" of the launcher's TCPStore
   std::string store_prefix;  // this round's key prefix for workers
+  bool elastic = false;      // --elastic: TDIST_LAZY_CONNECT=1 unless the parent sets it
 };
 
 // `parent` ("NAME=value" entries) with the contract's variables set (replacing any

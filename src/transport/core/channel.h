@@ -118,6 +118,14 @@ class Channel {
   virtual pollfd poll_for(bool want_read, bool want_write) = 0;
   virtual void on_poll(short revents) = 0;
 
+  // Lazy connections (tcp/lazy_mesh.h): a channel may exist before its connection. The
+  // core calls activate() when the first operation for the peer is posted (the connection
+  // is then made in the background; until it is, the channel reads and writes nothing and
+  // its pollfd wakes the core when it is in), and says goodbye only over a connected()
+  // channel. A failed connection is reported as lost by read() and write().
+  virtual void activate() {}
+  virtual bool connected() const { return true; }
+
   // Clean close, after the goodbye frame was written: stop sending, drop what is left to
   // read (bounded by `deadline`), so the peer sees an orderly end.
   virtual void close(Deadline deadline) = 0;

@@ -92,6 +92,9 @@ class Engine final : public Comm {
 
   // The kind of channel that reaches `peer` ("tcp", "shm"); null for this rank.
   const char* channel_kind(int peer) const;
+  // Whether the channels to `peer` are connected: always, except lazy ones (Channel::
+  // activate) before the pair's first exchange; false for this rank.
+  bool connected(int peer) const;
 
   // For CoreRequest. wait_for returns false when `deadline` passed first.
   bool wait_for(const Op& op, Deadline deadline);

@@ -31,6 +31,9 @@ RequestPtr Engine::irecv_any_device(uint64_t tag, void* data, size_t bytes) {
 }
 
 RequestPtr Engine::post_any(uint64_t tag, void* data, size_t bytes, bool device) {
+  for (auto& peer : peers_) {
+    if (peer) peer->activate();  // lazy channels: any peer may be the source
+  }
   std::shared_ptr<Op> op = make_op(kAnySource, false, tag, data, bytes, book_.check_for(tag));
   op->device = device && bytes > 0;
   if (!any_.post(op)) return std::make_unique<CoreRequest>(this, std::move(op));  // aborted

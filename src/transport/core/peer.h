@@ -104,6 +104,15 @@ class Peer {
   const char* kind() const { return lanes_.front().channel->kind(); }
   bool carries_device() const { return lanes_.front().channel->device() != nullptr; }
   size_t lane_count() const { return lanes_.size(); }
+  bool connected() const { return lanes_.front().channel->connected(); }
+
+  // The first operation for this peer: lazy channels start connecting (Channel::activate).
+  // post_send and post_recv call it; any-source receives call it for every peer.
+  void activate() {
+    if (activated_.load(std::memory_order_relaxed)) return;
+    activated_.store(true, std::memory_order_relaxed);
+    for (Lane& lane : lanes_) lane.channel->activate();
+  }
 
   // Null: the send went out whole and is complete.
   // `check`: the fingerprint the message carries, or the one the receive expects.
@@ -340,7 +349,8 @@ class Peer {
   const int rank_;
   CollectiveBooks& book_;
   AnySourceQueue& any_;
-  std::vector<Lane> lanes_;  // fixed size after construction
+  std::vector<Lane> lanes_;             // fixed size after construction
+  std::atomic<bool> activated_{false};  // activate() ran (a hint: activating twice is harmless)
   const size_t nlanes_;
   std::atomic<bool> peer_gone_{false};  // the peer said goodbye (destroys its Comm)
   std::atomic<int> queued_{0};          // sends in the lanes' queues

@@ -12,6 +12,7 @@ namespace tdist::transport::core {
 
 std::shared_ptr<Op> Peer::post_recv(uint64_t tag, void* data, size_t bytes, Check check,
                                     std::string* lost_message, Progress* progress, bool device) {
+  activate();
   auto op = make_op(rank_, false, tag, data, bytes, check);
   op->device = device && bytes > 0;
   {

@@ -46,6 +46,7 @@ std::string Peer::lost(const std::string& reason) const {
 
 std::shared_ptr<Op> Peer::post_send(uint64_t tag, const void* data, size_t bytes, Check check,
                                     std::string* lost_message, bool device) {
+  activate();
   device = device && bytes > 0;  // an empty device message is an ordinary one
   if (book_.closed(tag)) {  // its context was aborted here (fail_context): the send fails alone
     auto op = make_op(rank_, true, tag, const_cast<void*>(data), bytes, check);
@@ -495,6 +496,7 @@ void Peer::say_goodbye(Deadline deadline) {
     MutexLock lock(send_mu_);
     if (send_error_ || sends_queued()) return;
     for (size_t i = 0; i < nlanes_; ++i) {
+      if (!lanes_[i].channel->connected()) return;  // a lazy channel: nobody to tell
       if (!write_frame_locked(i, kGoodbyeTag, {}, deadline)) return;
     }
   }

@@ -15,6 +15,10 @@ constexpr uint32_t kHelloMagic = 0x74644354;  // "tdCT"
 constexpr uint16_t kProtocolVersion = 3;      // 2: several sockets per peer; 3: 32-byte headers
 constexpr size_t kHelloBytes = 24;
 
+// The lane of a hello reply that refuses a lazy dial because the two ranks dialled each
+// other at once and the higher one's dial wins (lazy_mesh.h): the dialler then waits for it.
+constexpr uint8_t kCrossedLane = 255;
+
 struct Hello {
   HelloRoute route{kHelloMagic, kProtocolVersion};
   uint8_t lane = 0;

@@ -22,11 +22,15 @@
 // only: retrying cannot cure it). Thread-safe: independent calls may run concurrently.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "net/auth.h"
 #include "net/fd.h"
 #include "net/tls.h"
 #include "tdist/deadline.h"
@@ -43,6 +47,29 @@ struct PeerSocket {
   std::vector<std::unique_ptr<net::tls::Session>> sessions;
   std::string address;  // "host:port" of the peer, for messages
 };
+
+// How dial_peer retries. Zero: until the deadline, as a full mesh does (a peer may not
+// listen yet). Positive (lazy connections, lazy_mesh.h): one connect attempt may take that
+// long and a refused or unanswered connect ends the dial (the peer published its address
+// after it began to listen, so nothing listening means it is gone); `stop` set ends it too.
+// `watch`, when set, is told each connected socket while its handshake runs (then -1),
+// so that a stop can shut it down (::shutdown) instead of waiting for the handshake.
+struct DialRetry {
+  std::chrono::milliseconds connect_timeout{0};
+  const std::atomic<bool>* stop = nullptr;
+  std::function<void(int fd)> watch;
+};
+
+// What dial_peer returns when the peer refused the dial because it dials this rank itself
+// (lazy connections: its dial is the one kept).
+inline constexpr const char* kCrossedDial = "crossed: the peer dials this rank";
+
+// Connects to `peer` (a lower rank in a full mesh), listening at `address`, on every lane
+// (TLS, token and hello as above): "" when every lane is in out->fds, else why not.
+std::string dial_peer(int rank, int peer, const std::string& address, uint64_t group_id,
+                      size_t nsocks, const net::auth::Key& key,
+                      const std::shared_ptr<const net::tls::Context>& tls, Deadline deadline,
+                      const DialRetry& retry, PeerSocket* out);
 
 // The sockets by peer rank (entries of non-peers and of `rank` stay empty). `tls`: null
 // for plain TCP.

@@ -11,6 +11,7 @@
 #include "tdist/tcp_store.h"
 #include "transport/core/peer.h"
 #include "transport/tcp/channel.h"
+#include "transport/tcp/lazy_mesh.h"
 #include "transport/tcp/mesh.h"
 #include "transport/tcp/tls_channel.h"
 
@@ -42,6 +43,11 @@ class TcpKind final : public ChannelKind {
                        Deadline deadline) const override {
     const size_t nsocks = static_cast<size_t>(
         std::clamp<int>(options_.nsocks_per_peer, 1, static_cast<int>(kMaxSocketsPerPeer)));
+    if (options_.lazy) {
+      tcp::LazyMeshOptions lazy{ip_, nsocks, options_.socket_buffer_bytes, options_.tls,
+                                deadline.remaining()};
+      return tcp::make_lazy_mesh(store, rank, size, peers, first, lazy, deadline);
+    }
     auto sockets =
         tcp::build_mesh(store, rank, size, peers, first, ip_, nsocks, options_.tls, deadline);
     ChannelTable table(static_cast<size_t>(size));
@@ -75,6 +81,7 @@ TcpCommOptions TcpCommOptions::from_settings() {
   o.socket_buffer_bytes = static_cast<size_t>(setting_int("TDIST_SOCKET_BUFFER_BYTES"));
   o.nsocks_per_peer = static_cast<int>(setting_int("TDIST_SOCKET_NSOCKS_PERPEER"));
   o.tls = net::tls::Context::from_settings();
+  o.lazy = setting_bool("TDIST_LAZY_CONNECT");
   return o;
 }
 

@@ -1,7 +1,8 @@
 // The TCP transport: channels (channel.h) over TCP sockets, for peers on any host.
 //
 // Setup picks the local address (interface.h) and builds the connections through the
-// store (mesh.h): `nsocks_per_peer` non-blocking sockets per peer, over which the core
+// store (mesh.h; with `lazy`, lazy_mesh.h: each pair when it first talks): `nsocks_per_peer`
+// non-blocking sockets per peer, over which the core
 // stripes whole messages (core/peer.h). With `tls` (by default from TDIST_TLS_CERT/KEY/CA,
 // net/tls.h), every connection is mutual TLS from its first byte (tls_channel.h); every
 // rank must then use TLS, with certificates of the same CA. connect_tcp_comm() returns a
@@ -10,7 +11,7 @@
 //
 // Ownership: the caller owns the Comm (destroying it says goodbye to every peer and closes
 // the sockets; pending requests fail with PeerError). The store is used only during
-// setup. Thread-safety: as comm.h.
+// setup (lazy connections too: they read the addresses then). Thread-safety: as comm.h.
 // Failure: a refused certificate, or TLS on some ranks only, fails the setup at once with
 // AuthError (on the rank that connects; the other one waits, as for a refused token).
 // EOF without goodbye, a reset or a write error on any socket aborts the Comm with
@@ -33,7 +34,8 @@
 namespace tdist::transport {
 
 // The defaults are the settings' declared ones; from_settings() resolves the environment
-// (TDIST_SOCKET_IFNAME, TDIST_SOCKET_BUFFER_BYTES, TDIST_SOCKET_NSOCKS_PERPEER, TDIST_TLS_*)
+// (TDIST_SOCKET_IFNAME, TDIST_SOCKET_BUFFER_BYTES, TDIST_SOCKET_NSOCKS_PERPEER, TDIST_TLS_*,
+// TDIST_LAZY_CONNECT)
 // once, where a group is made.
 struct TcpCommOptions {
   // Deadline for the whole connection setup (TimeoutError naming the missing ranks).
@@ -47,6 +49,9 @@ struct TcpCommOptions {
   int nsocks_per_peer = 2;
   // Mutual TLS for every connection (the same on every rank); null = plain TCP.
   std::shared_ptr<const net::tls::Context> tls;
+  // Each pair connects at its first exchange (lazy_mesh.h), not at setup; the same on
+  // every rank (TDIST_LAZY_CONNECT).
+  bool lazy = false;
 
   // The environment's values (InvalidArgument naming a bad one).
   static TcpCommOptions from_settings();

@@ -1,0 +1,97 @@
+// Lazy TCP connections (transport/tcp/lazy_mesh.h, TDIST_LAZY_CONNECT): making a group
+// connects nobody, only the pairs that exchange something connect, and a peer that is
+// gone fails the first exchange with it at once. (The whole Comm contract over lazy
+// connections is the conformance suite's tcp_lazy entry, comm_factories.h.)
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm_conformance.h"
+#include "support/scoped_env.h"
+#include "tcp_test_util.h"
+#include "tdist/error.h"
+#include "tdist/hash_store.h"
+#include "transport/core/engine.h"
+
+namespace tdist::transport::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using test_support::ScopedEnv;
+
+TcpCommOptions lazy_options() {
+  TcpCommOptions o = test_options();
+  o.lazy = true;
+  return o;
+}
+
+core::Engine& engine_of(Comm& comm) { return dynamic_cast<core::Engine&>(comm); }
+
+TEST(TcpLazyTest, TheSettingTurnsItOn) {
+  ScopedEnv off("TDIST_LAZY_CONNECT", std::nullopt);
+  EXPECT_FALSE(TcpCommOptions::from_settings().lazy);
+  ScopedEnv on("TDIST_LAZY_CONNECT", "1");
+  EXPECT_TRUE(TcpCommOptions::from_settings().lazy);
+  ScopedEnv bad("TDIST_LAZY_CONNECT", "sometimes");
+  EXPECT_THROW(TcpCommOptions::from_settings(), InvalidArgument);
+}
+
+// A ring exchange on 6 ranks: each rank ends connected to its two neighbours only, where a
+// full mesh connects all 5 peers.
+TEST(TcpLazyTest, OnlyThePairsThatTalkConnect) {
+  constexpr int kWorld = 6;
+  run_ranks(
+      kWorld,
+      [&](Comm& comm) {
+        const int me = comm.rank();
+        const int next = (me + 1) % kWorld;
+        const int prev = (me + kWorld - 1) % kWorld;
+        uint64_t out = 100 + static_cast<uint64_t>(me), in = 0;
+        auto r = comm.irecv(prev, p2p_tag(1), &in, sizeof(in));
+        auto s = comm.isend(next, p2p_tag(1), &out, sizeof(out));
+        s->wait(op_deadline());
+        r->wait(op_deadline());
+        EXPECT_EQ(in, 100u + static_cast<uint64_t>(prev));
+        for (int peer = 0; peer < kWorld; ++peer) {
+          const bool neighbour = peer == next || peer == prev;
+          EXPECT_EQ(engine_of(comm).connected(peer), neighbour) << "rank " << me << " to " << peer;
+        }
+        // Both neighbours exchange once more, so that no rank leaves before the other end of
+        // its pairs has finished with them.
+        auto r2 = comm.irecv(next, p2p_tag(2), &in, sizeof(in));
+        auto s2 = comm.isend(prev, p2p_tag(2), &out, sizeof(out));
+        s2->wait(op_deadline());
+        r2->wait(op_deadline());
+      },
+      lazy_options());
+}
+
+// Rank 1 destroys its Comm before anything was exchanged: rank 0's first send to it fails
+// with PeerError saying that nothing listens there any more, not at its deadline.
+TEST(TcpLazyTest, APeerThatIsGoneFailsTheFirstExchangeWithIt) {
+  auto store = std::make_shared<HashStore>();
+  std::unique_ptr<Comm> c1;
+  std::thread t([&] { c1 = connect_tcp_comm(store, 1, 2, lazy_options()); });
+  auto c0 = connect_tcp_comm(store, 0, 2, lazy_options());
+  t.join();
+  c1.reset();
+  uint64_t x = 7;
+  const auto start = Clock::now();
+  std::string what;
+  try {
+    c0->isend(1, p2p_tag(1), &x, sizeof(x))->wait(Deadline::after(30s));
+  } catch (const PeerError& e) {
+    what = e.what();
+  }
+  EXPECT_NE(what.find("nothing listens"), std::string::npos) << what;
+  EXPECT_LT(Clock::now() - start, 20s) << what;
+}
+
+}  // namespace
+}  // namespace tdist::transport::testing
