@@ -4,7 +4,9 @@
 // connections is the conformance suite's tcp_lazy entry, comm_factories.h.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -91,6 +93,46 @@ TEST(TcpLazyTest, APeerThatIsGoneFailsTheFirstExchangeWithIt) {
   }
   EXPECT_NE(what.find("nothing listens"), std::string::npos) << what;
   EXPECT_LT(Clock::now() - start, 20s) << what;
+}
+
+// How long making a group of 8 takes, with a full mesh and lazily, and a ring exchange
+// after it (what an elastic reconfigure pays before its first collective). Printed, not
+// asserted: speed goals live in benchmarks.
+TEST(TcpLazyTest, SetupTimeReport) {
+  constexpr int kWorld = 8;
+  for (bool lazy : {false, true, false, true}) {
+    TcpCommOptions options = test_options();
+    options.lazy = lazy;
+    std::vector<double> setup_ms(kWorld), ring_ms(kWorld);
+    run_comm_ranks(
+        kWorld,
+        [&](std::shared_ptr<Store> store, int r, int w) {
+          const auto start = Clock::now();
+          auto comm = connect_tcp_comm(std::move(store), r, w, options);
+          setup_ms[r] = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+          return comm;
+        },
+        [&](Comm& comm) {
+          const int me = comm.rank();
+          const auto start = Clock::now();
+          uint64_t out = 1, in = 0;
+          auto r = comm.irecv((me + kWorld - 1) % kWorld, p2p_tag(1), &in, sizeof(in));
+          comm.isend((me + 1) % kWorld, p2p_tag(1), &out, sizeof(out))->wait(op_deadline());
+          r->wait(op_deadline());
+          ring_ms[me] = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+          auto r2 = comm.irecv((me + 1) % kWorld, p2p_tag(2), &in, sizeof(in));
+          comm.isend((me + kWorld - 1) % kWorld, p2p_tag(2), &out, sizeof(out))
+              ->wait(op_deadline());
+          r2->wait(op_deadline());
+        });
+    double setup = 0, ring = 0;
+    for (int r = 0; r < kWorld; ++r) {
+      setup = std::max(setup, setup_ms[r]);
+      ring = std::max(ring, ring_ms[r]);
+    }
+    std::printf("tcp world %d, %s: setup %.1f ms, then the first ring exchange %.1f ms\n", kWorld,
+                lazy ? "lazy" : "full mesh", setup, ring);
+  }
 }
 
 }  // namespace
