@@ -27,7 +27,7 @@ enum class Step { kSniff, kHandshake, kAuth, kHello };
 
 struct Acceptor::Pending {
   net::Fd fd;
-  Deadline deadline;                           // the end of this connection's setup
+  Deadline deadline = Deadline::never();       // the end of this connection's setup
   std::unique_ptr<net::tls::Session> session;  // with TLS
   Step step = Step::kHello;
   std::optional<AuthResponder> auth;  // with a token: the exchange before the hello
@@ -102,10 +102,11 @@ void Acceptor::accept_all(std::vector<Pending>* pending) {
       }
       return;
     }
-    Pending p{std::move(fd),
-              handshake_timeout_.count() > 0
-                  ? Deadline::earliest(deadline_, Deadline::after(handshake_timeout_))
-                  : deadline_};
+    Pending p;
+    p.fd = std::move(fd);
+    p.deadline = handshake_timeout_.count() > 0
+                     ? Deadline::earliest(deadline_, Deadline::after(handshake_timeout_))
+                     : deadline_;
     if (tls_) {
       try {
         p.session = std::make_unique<net::tls::Session>(tls_, p.fd.get(), net::tls::Role::kServer);
