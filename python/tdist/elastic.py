@@ -11,18 +11,21 @@ one (model, optimizer, step, your own values), sent from that member's memory::
 
     job = tdist.elastic.join()              # env:// under tdistrun --elastic; slot = RANK
     model, opt = Net(), torch.optim.SGD(...)
-    job.recover(model, opt)                 # a replacement takes a member's state here
+    sampler = tdist.elastic.ElasticSampler(len(data), job.size, job.rank)  # elastic_sampler.py
+    job.recover(model, opt, sampler=sampler)  # a replacement takes a member's state here
     ddp = DDP(model)                        # the default group is the generation's
     while job.step < steps:
         try:
+            idx = sampler.batch(B)          # the same again when a step is redone
             opt.zero_grad()
-            loss_fn(ddp(batch(job.step, job.rank, job.size))).backward()
+            loss_fn(ddp(data[idx])).backward()
             if job.commit():                # every rank finished the step's reductions
                 opt.step()
+                sampler.advance(len(idx))
         except Exception as e:
             if not tdist.elastic.is_failure(e):
                 raise
-            job.rejoin(model, opt)          # reconfigure() + recover(), as often as needed
+            job.rejoin(model, opt, sampler=sampler)  # reconfigure() + recover(), as needed
             ddp = DDP(model)                # on the new generation's group
 
 Generations (tdist::ElasticGroup, include/tdist/elastic.h): each process holds a slot, its
@@ -51,8 +54,9 @@ import torch
 import torch.distributed as dist
 
 from . import _C
+from .elastic_sampler import ElasticSampler
 
-__all__ = ["ElasticJob", "Recovery", "StaleMemberError", "is_failure", "join"]
+__all__ = ["ElasticJob", "ElasticSampler", "Recovery", "StaleMemberError", "is_failure", "join"]
 
 StaleMemberError = _C.StaleMemberError
 StaleMemberError.__doc__ = (
@@ -296,17 +300,19 @@ class ElasticJob:
             self.step += 1
         return agreed
 
-    def recover(self, model=None, optimizer=None, extra=None):
+    def recover(self, model=None, optimizer=None, extra=None, sampler=None):
         """Brings every member to the most advanced member's state (collective).
 
         The source is the lowest rank at the highest ``step``; each member behind it receives
         ``model.state_dict()``, ``optimizer.state_dict()`` and ``extra`` (a dict of your own
         values, tensors or picklable objects, updated in place) from it, point to point, and
-        loads them; ``step`` becomes the source's. Before anything is sent every member
-        compares the source's model entries (names, shapes, dtypes) with its own: one that
-        differs raises ValueError and must exit; the others raise DistBackendError, a
-        failure to rejoin() on. A member failing during the transfer raises the failure:
-        call rejoin(). Returns a Recovery.
+        loads them; ``step`` becomes the source's. With ``sampler`` (an ElasticSampler, the
+        same on every member) every member's sampler moves to this generation and deals it
+        the rest of the source's epoch: no sample is lost or read twice. Before anything is
+        sent every member compares the source's model entries (names, shapes, dtypes) and
+        dataset size with its own: one that differs raises ValueError and must exit; the
+        others raise DistBackendError, a failure to rejoin() on. A member failing during the
+        transfer raises the failure: call rejoin(). Returns a Recovery.
         """
         start = time.monotonic()
         pg, me = self._pg, self.rank
@@ -318,7 +324,19 @@ class ElasticJob:
                                "member is a newcomer); generation 0's members start at step 0")
         source = int((steps == best).nonzero()[0])
         behind = [r for r in range(self.size) if int(steps[r]) < best]
+        place = None  # the source's (epoch, positions trained on), for the samplers
+        problem = None  # why this member cannot take the source's state
+        if sampler is not None:
+            box = [sampler.state() if me == source else None]
+            dist.broadcast_object_list(box, group=pg, group_src=source)
+            place = box[0]
+            if len(place[1]) != sampler.dataset_len:
+                problem = (f"its dataset has {sampler.dataset_len} samples, rank {source}'s "
+                           f"{len(place[1])}")
         if not behind:
+            if sampler is not None:
+                self._agree(source, problem)
+                sampler.resume(place[0], place[1], self.size, me)
             return Recovery(self.generation, best, source, [], 0, time.monotonic() - start)
         tensors = []
         if me == source:
@@ -329,17 +347,7 @@ class ElasticJob:
         box = [skeleton if me == source else None]
         dist.broadcast_object_list(box, group=pg, group_src=source)
         skeleton = box[0]
-        problem = _mismatch(skeleton, model)
-        ok = torch.tensor([0 if problem else 1], dtype=torch.int32)
-        dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=pg)
-        if problem:
-            raise ValueError(f"tdist.elastic.recover: slot {self.slot} (generation "
-                             f"{self.generation}) cannot take rank {source}'s state: {problem}; "
-                             "this process must exit")
-        if not int(ok):
-            raise dist.DistBackendError(
-                f"tdist.elastic.recover: a member of generation {self.generation} cannot take "
-                f"rank {source}'s state and leaves; reconfigure without it (rejoin)")
+        self._agree(source, problem or _mismatch(skeleton, model))
         specs = _specs(skeleton, [])
         if me == source:
             ops = [dist.P2POp(dist.isend, t, group=pg, group_peer=dst)
@@ -363,15 +371,32 @@ class ElasticJob:
                 extra.clear()
                 extra.update(state["extra"])
             self.step = best
+        if sampler is not None:
+            sampler.resume(place[0], place[1], self.size, me)
         return Recovery(self.generation, best, source, behind, sent, time.monotonic() - start)
 
-    def rejoin(self, model=None, optimizer=None, extra=None):
+    def _agree(self, source, problem):
+        """Every member says whether it can take rank ``source``'s state (one all_reduce,
+        also when ``problem`` is set here: the others must not wait for this member)."""
+        ok = torch.tensor([0 if problem else 1], dtype=torch.int32)
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=self._pg)
+        if problem:
+            raise ValueError(f"tdist.elastic.recover: slot {self.slot} (generation "
+                             f"{self.generation}) cannot take rank {source}'s state: {problem}; "
+                             "this process must exit")
+        if not int(ok):
+            raise dist.DistBackendError(
+                f"tdist.elastic.recover: a member of generation {self.generation} cannot take "
+                f"rank {source}'s state and leaves; reconfigure without it (rejoin)")
+
+    def rejoin(self, model=None, optimizer=None, extra=None, sampler=None):
         """After a failure (is_failure): reconfigure(), then recover(model, optimizer,
-        extra), again as long as a member fails meanwhile. Returns recover()'s Recovery."""
+        extra, sampler), again as long as a member fails meanwhile. Returns recover()'s
+        Recovery."""
         while True:
             try:
                 self.reconfigure()
-                return self.recover(model, optimizer, extra)
+                return self.recover(model, optimizer, extra, sampler)
             except Exception as e:  # noqa: BLE001 (only failures are retried)
                 if not is_failure(e):
                     raise

@@ -96,14 +96,19 @@ def reconfigure_api(rank, world, init, deferred):
 def elastic_on_store(rank, world, init, port):
     """tdist.elastic on a TCPStore the test process hosts: slot 2 dies after step 2's
     vote; the others fail in their next collective, rejoin as a generation of 2, and the
-    state is the same on both; the default group follows the generations."""
+    state is the same on both; the default group follows the generations. Each step trains
+    on 2 samples per rank of a 30-sample epoch (an ElasticSampler): the survivors deal the
+    rest of the epoch between them."""
     store = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False)
     job = tdist.elastic.join(store=store, slot=rank, slots=world, join_window=1.0)
-    out = {"first": (job.generation, job.rank, job.size, dist.get_rank(), dist.get_world_size())}
+    out = {"first": (job.generation, job.rank, job.size, dist.get_rank(), dist.get_world_size()),
+           "indices": []}
+    sampler = tdist.elastic.ElasticSampler(30, job.size, job.rank, seed=3)
     w = torch.zeros(4)
     extra = {"seen": []}
     while job.step < 6:
         try:
+            idx = sampler.batch(2)
             t = torch.full((4,), float(job.step + 1))
             dist.all_reduce(t)
             if job.slot == 2 and job.step == 3:
@@ -111,11 +116,13 @@ def elastic_on_store(rank, world, init, port):
             if job.commit():
                 w += t / job.size
                 extra["seen"].append(job.step)
+                sampler.advance(len(idx))
+                out["indices"] += idx
         except Exception as e:  # noqa: BLE001
             if not tdist.elastic.is_failure(e):
                 raise
             out["failure"] = f"{type(e).__name__}: {e}"[:300]
-            r = job.rejoin(optimizer=None, extra=extra)
+            r = job.rejoin(optimizer=None, extra=extra, sampler=sampler)
             out["recovery"] = (r.generation, r.step, r.received)
     out["last"] = (job.generation, job.rank, job.size, dist.get_rank(), dist.get_world_size(),
                    job.members)
@@ -124,3 +131,19 @@ def elastic_on_store(rank, world, init, port):
     job.close()
     time.sleep(0.1)
     return out
+
+
+def sampler_mismatch(rank, world, init, port):
+    """Slot 1's dataset has one sample more: recover() refuses it with ValueError (it must
+    exit) and the other member with DistBackendError (a failure to rejoin on)."""
+    store = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False)
+    job = tdist.elastic.join(store=store, slot=rank, slots=world, join_window=1.0)
+    sampler = tdist.elastic.ElasticSampler(30 + rank, job.size, job.rank)
+    try:
+        job.recover(sampler=sampler)
+    except Exception as e:  # noqa: BLE001
+        return f"{type(e).__name__}: {e}"
+    finally:
+        time.sleep(0.1)
+    return "recovered"
+

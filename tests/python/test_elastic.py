@@ -12,9 +12,11 @@ import tempfile
 import pytest
 import torch
 import torch.distributed as dist
+from torch.utils.data.distributed import DistributedSampler
 
 from conftest import HERE, ROOT
-from elastic_workers import elastic_on_store, reconfigure_api, shrink_after_death
+from elastic_workers import (elastic_on_store, reconfigure_api, sampler_mismatch,
+                             shrink_after_death)
 from harness import run_ranks
 
 pytestmark = pytest.mark.skipif(
@@ -67,6 +69,19 @@ def test_elastic_job_on_a_store_shrinks_after_a_death():
         assert r["last"] == (1, rank, 2, rank, 2, [0, 1]), r
         assert r["seen"] == [1, 2, 3, 4, 5, 6], r
     assert results[0]["w"] == results[1]["w"]
+    # The epoch: slot 2 trained on its first 6 samples (torch's DistributedSampler's), the
+    # survivors on theirs and then on the rest between them: every sample once.
+    slot2 = list(DistributedSampler(range(30), 3, 2, seed=3))[:6]
+    trained = results[0]["indices"] + results[1]["indices"] + slot2
+    assert sorted(trained) == list(range(30)), (results[0]["indices"], results[1]["indices"])
+
+
+def test_a_member_with_another_dataset_is_refused():
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    results, codes = run_ranks(sampler_mismatch, 2, timeout=60, port=store.port)
+    assert codes == [0, 0]
+    assert results[1].startswith("ValueError") and "dataset has 31 samples" in results[1], results
+    assert results[0].startswith("DistBackendError") and "cannot take" in results[0], results
 
 
 def tdistrun():
