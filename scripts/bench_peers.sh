@@ -6,6 +6,8 @@
 # torch.distributed gloo run for reference. Iterations per size are the same for both:
 # 2000 up to 1 KiB, 500 up to 256 KiB, 20 from 1 MiB.
 # Both bind each rank to a core (mpirun's default; BIND=none leaves tdist's unbound).
+# Each round also measures the memory bandwidth of WORLD cores (scripts/peers/membw.c,
+# STREAM's add kernel) and the summary prints each shm busbw's share of the memory limit.
 # Needs: a build (BUILD=dir, default build), openmpi-bin, libopenmpi-dev; python3-torch
 # for the gloo line (skipped without it).
 # --csv DIR also writes DIR/SYSTEM.csv for each system (tdist-shm, tdist-tcp, openmpi-shm,
@@ -29,6 +31,7 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mpicc -O2 -o "$tmp/mpi_sweep" scripts/peers/mpi_allreduce_sweep.c
+cc -O2 -pthread -o "$tmp/membw" scripts/peers/membw.c
 bench="$build/tools/tdist-bench"
 raw="$tmp/raw.txt"
 
@@ -55,6 +58,7 @@ for ((r = 1; r <= rounds; r++)); do
   mpi openmpi-shm >>"$raw"
   tdist tcp >>"$raw"
   mpi openmpi-tcp --mca btl self,tcp >>"$raw"
+  "$tmp/membw" "$world" 128 8 >>"$raw"
 done
 if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
   /usr/bin/python3 "$anchors/torch_allreduce.py" "$world" "$max" 2>&1 |

@@ -1,6 +1,6 @@
 // all_reduce algorithms (all_reduce.h): pipelined ring, halving-doubling, recursive
 // doubling, and the two-rank exchange that ring and halving-doubling become for two
-// ranks. All but the zero-copy form of the latter work in place on `recv` after
+// ranks. All but the out-of-place form of the latter work in place on `recv` after
 // prepare_local() copied and premultiplied the rank's own contribution. Hierarchical:
 // phases of the others (and of reduce_scatter, all_gather, reduce, broadcast) on views.
 #include "collectives/all_reduce.h"
@@ -119,42 +119,34 @@ void ring(const Ctx& ctx, const Vec& v) {
 
 // Two ranks (what ring and halving-doubling both become): rank r reduces block r of the
 // two-block split and sends it back. Phase 1 sends the peer's block of this rank's
-// contribution and folds the peer's contribution to block r into recv, chunk by chunk;
-// phase 2 sends each chunk of block r as soon as it is reduced and receives the peer's
-// block straight into recv. With `send` != recv.data (zero_copy, no premultiply) nothing
-// is copied: phase 1 receives straight into recv and reduces recv = op(send, recv) there,
-// and no scratch is used. In place, phase 1 receives into kPipelineDepth chunks of
-// scratch, and phase 2's receive of a chunk is posted only once phase 1's send of that
-// region is done (the peer's reduced chunk cannot arrive before it anyway).
-constexpr size_t kPairRecvAheadBytes = 32 << 20;
-
+// contribution and receives the peer's contribution to block r into kPipelineDepth chunks
+// of scratch, small enough to stay in the cache, folding each into recv as op(send,
+// scratch); phase 2 sends each chunk of block r as soon as it is reduced and receives the
+// peer's block straight into recv. `send` is read where it is: out of place nothing is
+// copied into recv first. In place, phase 2's receive of a chunk is posted only once phase
+// 1's send of that region is done (the peer's reduced chunk cannot arrive before it
+// anyway). Receiving phase 1 straight into recv instead, and reducing there, wrote recv
+// twice and read it back from memory: 1.3-2x slower from 16 MiB over shm and tcp
+// (docs/performance.md, issue 35).
 void pair(const Ctx& ctx, const uint8_t* send, const Vec& v) {
   const int r = ctx.comm.rank();
   const int peer = 1 - r;
-  const bool zero_copy = send != v.data;
+  const bool in_place = send == v.data;
   const size_t es = v.esize();
   const Blocks blocks{v.count, 2};
   const size_t mine = blocks.offset(r);
   const size_t mine_len = blocks.length(r);
   const size_t theirs = blocks.offset(peer);
   const size_t theirs_len = blocks.length(peer);
-  // In place, phase 1 receives into kPipelineDepth chunks of scratch: larger chunks there
-  // leave the cache and were 2-2.6x slower from 4 MiB (docs/performance.md).
-  const size_t ce =
-      zero_copy ? detail::all_reduce_chunk_elems(ctx, es) : detail::chunk_elems(ctx, es);
+  const size_t ce = detail::chunk_elems(ctx, es);
   const size_t mch = detail::ceil_div(mine_len, ce);
   const size_t tch = detail::ceil_div(theirs_len, ce);
   const uint64_t t_reduce = detail::tag(ctx, 0);
   const uint64_t t_gather = detail::tag(ctx, 1);
-  // Requests posted ahead of the chunk being reduced. Without scratch, receives go far
-  // ahead (all that the socket buffers can hold), so that nothing arrives before its
-  // receive is posted (the transport would buffer and copy it).
-  const size_t ahead = zero_copy ? 4 * detail::kPipelineDepth : detail::kPipelineDepth;
-  const size_t recv_ahead =
-      zero_copy ? std::max(ahead, kPairRecvAheadBytes / (ce * es)) : detail::kPipelineDepth;
+  constexpr size_t ahead = detail::kPipelineDepth;  // requests posted ahead of the reduction
   const size_t slot_elems = std::min(ce, mine_len);
-  detail::Scratch scratch(ctx,
-                          zero_copy ? 0 : std::min(detail::kPipelineDepth, mch) * slot_elems * es);
+  detail::Scratch scratch(ctx, std::min(ahead, mch) * slot_elems * es);
+  auto slot = [&](size_t c) { return scratch.data() + (c % ahead) * slot_elems * es; };
 
   RequestQueue sends(ctx);    // phase 1, key = chunk of their block
   RequestQueue reduced(ctx);  // phase 1 receives, key = chunk of my block
@@ -174,7 +166,7 @@ void pair(const Ctx& ctx, const uint8_t* send, const Vec& v) {
   auto post_gathers = [&](size_t limit) {
     for (; gather_posted < std::min(limit, tch); ++gather_posted) {
       const Span sp = chunk_of(theirs_len, ce, gather_posted);
-      if (!zero_copy) sends.wait_through(gather_posted);  // the region is sent from
+      if (in_place) sends.wait_through(gather_posted);  // the region is sent from
       gathers.push(
           detail::irecv(ctx, peer, t_gather, v.data + (theirs + sp.offset) * es, sp.length * es),
           gather_posted);
@@ -183,31 +175,22 @@ void pair(const Ctx& ctx, const uint8_t* send, const Vec& v) {
   auto post_reduced = [&](size_t limit) {
     for (; posted < std::min(limit, mch); ++posted) {
       const Span sp = chunk_of(mine_len, ce, posted);
-      uint8_t* dst = zero_copy
-                         ? v.data + (mine + sp.offset) * es
-                         : scratch.data() + (posted % detail::kPipelineDepth) * slot_elems * es;
-      reduced.push(detail::irecv(ctx, peer, t_reduce, dst, sp.length * es), posted);
+      reduced.push(detail::irecv(ctx, peer, t_reduce, slot(posted), sp.length * es), posted);
     }
   };
 
-  post_reduced(recv_ahead);
+  post_reduced(ahead);
   post_sends(ahead);
-  if (zero_copy) post_gathers(recv_ahead);
   for (size_t c = 0; c < mch; ++c) {
     reduced.wait_front();
     const Span sp = chunk_of(mine_len, ce, c);
     uint8_t* dst = v.data + (mine + sp.offset) * es;
-    if (zero_copy) {
-      detail::reduce(ctx, dst, send + (mine + sp.offset) * es, dst, sp.length, v.dtype, v.op);
-    } else {
-      detail::reduce_into(ctx, dst, scratch.data() + (c % detail::kPipelineDepth) * slot_elems * es,
-                          sp.length, v.dtype, v.op);
-    }
+    detail::reduce(ctx, dst, send + (mine + sp.offset) * es, slot(c), sp.length, v.dtype, v.op);
     detail::finish(ctx, dst, sp.length, v.dtype, v.op, 2);
     returns.push(detail::isend(ctx, peer, t_gather, dst, sp.length * es), c);
-    post_reduced(c + 1 + recv_ahead);
+    post_reduced(c + 1 + ahead);
     post_sends(c + 1 + ahead);
-    post_gathers(zero_copy ? c + 1 + recv_ahead : c + 1);
+    post_gathers(c + 1);
     while (returns.size() > ahead) returns.wait_front();
   }
   post_sends(tch);

@@ -44,15 +44,6 @@ inline size_t chunk_bytes(const Ctx& ctx) { return ctx.settings.chunk_bytes; }
 inline size_t chunk_elems(const Ctx& ctx, size_t esize) {
   return std::max<size_t>(1, chunk_bytes(ctx) / esize);
 }
-// The out-of-place two-rank all_reduce's chunk in elements (measured there):
-// kShmAllReduceChunk over shared memory unless a chunk size was given (settings.h), else
-// chunk_elems.
-inline size_t all_reduce_chunk_elems(const Ctx& ctx, size_t esize) {
-  if (!ctx.settings.chunk_given && ctx.comm.topology().link == transport::LinkClass::kShm) {
-    return std::max<size_t>(1, CollectiveSettings::kShmAllReduceChunk / esize);
-  }
-  return chunk_elems(ctx, esize);
-}
 
 // select_algorithm() for this Ctx: its world, its Comm's number of hosts and link class,
 // its settings. The first choice is stored in ctx.chosen, when the context has one.

@@ -24,14 +24,9 @@ struct CollectiveSettings {
   std::array<Algorithm, kNumCollectives> forced_algorithms{};
   // The pipeline chunk size in bytes (TDIST_CHUNK_BYTES' declared default until parsed).
   size_t chunk_bytes = size_t{256} * 1024;
-  // Whether chunk_bytes was given (parse(), or TDIST_CHUNK_BYTES set): then every
-  // collective uses it. Otherwise the out-of-place two-rank all_reduce over shared memory
-  // uses kShmAllReduceChunk.
+  // Whether chunk_bytes was given (parse(), or TDIST_CHUNK_BYTES set): then every group
+  // uses it. Otherwise groups on device memory use a chunk of their own (comm_device.h).
   bool chunk_given = false;
-  // That all_reduce's chunk when every link is shm and no chunk was given: with
-  // single-copy transfers, fewer and larger chunks win from 1 MiB up (docs/performance.md).
-  // In place (scratch slots), reduce and broadcast keep chunk_bytes.
-  static constexpr size_t kShmAllReduceChunk = size_t{1} << 20;
 
   Algorithm forced(Collective c) const { return forced_algorithms[static_cast<size_t>(c)]; }
 

@@ -302,8 +302,8 @@ TEST(CollectiveSettings, FromEnvironmentReadsNowAndACtxReadsNothing) {
   }
 }
 
-// A chunk size given (parse, or TDIST_CHUNK_BYTES set) holds for every collective; only
-// without one may the two-rank all_reduce over shm pick its own (detail.h).
+// A chunk size given (parse, or TDIST_CHUNK_BYTES set) holds for every group; only without
+// one may a group on device memory pick its own (comm_device.h).
 TEST(CollectiveSettings, TellsWhetherTheChunkSizeWasGiven) {
   EXPECT_TRUE(CollectiveSettings::parse("", 4096).chunk_given);
   {

@@ -11,18 +11,43 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "net/fd.h"
 #include "shm_test_util.h"
+#include "support/scoped_env.h"
 #include "tdist/error.h"
+#include "transport/shm/single_copy.h"
 
 namespace tdist::transport::testing {
 namespace {
 
 using namespace std::chrono_literals;
+
+// Unset, TDIST_SHM_SINGLE_COPY_BYTES is the default where this machine's kernel copy pays
+// (measured once: the same answer every time) and off where it does not; a value given
+// holds either way.
+TEST(ShmCommTest, SingleCopyIsOnWhereItPaysUnlessTheSettingSaysOtherwise) {
+  using test_support::ScopedEnv;
+  const bool pays = shm::single_copy_pays();
+  EXPECT_EQ(pays, shm::single_copy_pays());
+  {
+    ScopedEnv unset("TDIST_SHM_SINGLE_COPY_BYTES", std::nullopt);
+    EXPECT_EQ(ShmCommOptions::from_settings().single_copy_bytes,
+              pays ? size_t{1} << 20 : size_t{0});
+  }
+  {
+    ScopedEnv given("TDIST_SHM_SINGLE_COPY_BYTES", "4096");
+    EXPECT_EQ(ShmCommOptions::from_settings().single_copy_bytes, 4096u);
+  }
+  {
+    ScopedEnv off("TDIST_SHM_SINGLE_COPY_BYTES", "0");
+    EXPECT_EQ(ShmCommOptions::from_settings().single_copy_bytes, 0u);
+  }
+}
 
 TEST(ShmCommTest, HostKeyIsStableAndNamesBootIdAndHost) {
   const std::string key = shm_host_key();

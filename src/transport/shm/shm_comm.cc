@@ -5,6 +5,7 @@
 #include "tdist/settings.h"
 #include "transport/shm/channel.h"
 #include "transport/shm/setup.h"
+#include "transport/shm/single_copy.h"
 
 namespace tdist::transport {
 namespace {
@@ -37,8 +38,14 @@ class ShmKind final : public ChannelKind {
 ShmCommOptions ShmCommOptions::from_settings() {
   ShmCommOptions o;
   o.ring_bytes = static_cast<size_t>(setting_int("TDIST_SHM_RING_BYTES"));
-  // Never negative: the registry refuses values outside 0..2^62.
-  o.single_copy_bytes = static_cast<size_t>(setting_int("TDIST_SHM_SINGLE_COPY_BYTES"));
+  // Never negative: the registry refuses values outside 0..2^62. Unset, the default where
+  // a single copy beats the rings here (measured once per process), else off.
+  const char* single_copy = "TDIST_SHM_SINGLE_COPY_BYTES";
+  if (setting_is_set(single_copy) || shm::single_copy_pays()) {
+    o.single_copy_bytes = static_cast<size_t>(setting_int(single_copy));
+  } else {
+    o.single_copy_bytes = 0;
+  }
   return o;
 }
 

@@ -2,9 +2,14 @@
 #include "transport/shm/single_copy.h"
 
 #include <sys/uio.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <vector>
 
 #include "net/fd.h"
 #include "tdist/logging.h"
@@ -14,7 +19,49 @@ namespace {
 
 std::atomic<bool> refused{false};
 
+// single_copy_pays(): the test's size and the kernel copy's allowance over memcpy.
+constexpr size_t kProbeBytes = size_t{1} << 20;
+constexpr double kAllowance = 1.5;
+
+bool measure_single_copy() {
+  using Clock = std::chrono::steady_clock;
+  std::vector<uint8_t> from(kProbeBytes, 1);
+  std::vector<uint8_t> to(kProbeBytes, 2);  // both touched: no page faults timed
+  auto best = [](auto copy) {
+    Clock::duration shortest = Clock::duration::max();
+    for (int i = 0; i < 3; ++i) {
+      const Clock::time_point start = Clock::now();
+      if (!copy()) return Clock::duration::max();
+      shortest = std::min(shortest, Clock::now() - start);
+    }
+    return shortest;
+  };
+  const Clock::duration user = best([&] {
+    std::memcpy(to.data(), from.data(), kProbeBytes);
+    asm volatile("" : : "r"(to.data()) : "memory");  // the copy is not optimised away
+    return true;
+  });
+  const Clock::duration kernel = best([&] {
+    return single_copy_read(::getpid(), to.data(), reinterpret_cast<uint64_t>(from.data()),
+                            kProbeBytes);
+  });
+  if (kernel == Clock::duration::max()) return false;
+  const bool pays = kernel.count() <= kAllowance * static_cast<double>(user.count());
+  TDIST_LOG(kDebug) << "shm: a 1 MiB copy takes "
+                    << std::chrono::duration<double, std::micro>(user).count()
+                    << " us by memcpy and "
+                    << std::chrono::duration<double, std::micro>(kernel).count()
+                    << " us by process_vm_readv: large messages go "
+                    << (pays ? "by single copy" : "through the rings");
+  return pays;
+}
+
 }  // namespace
+
+bool single_copy_pays() {
+  static const bool pays = measure_single_copy();
+  return pays;
+}
 
 bool single_copy_allowed() { return !refused.load(std::memory_order_relaxed); }
 
