@@ -152,6 +152,27 @@ TEST(AllReduceMemory, RingScratchIsBoundedByChunks) {
   }
 }
 
+// Two ranks out of place: the peer's half is staged in a few chunks of scratch and reduced
+// from there with `send` read where it is, which stays as it was.
+TEST(AllReduceMemory, TwoRanksOutOfPlaceStageInBoundedScratchAndKeepSend) {
+  const coll::CollectiveSettings settings = testing::chunk_settings(4096);
+  const size_t count = (size_t{1} << 18) + 3;
+  run_ranks_ok(2, [&](transport::Comm& comm) {
+    std::vector<float> send(count);
+    for (size_t i = 0; i < count; ++i) send[i] = static_cast<float>(i % 97 + comm.rank());
+    const std::vector<float> before = send;
+    std::vector<float> recv(count, -1.0f);
+    detail::reset_scratch_peak();
+    all_reduce(Ctx{comm, 0, op_deadline(), settings}, send.data(), recv.data(), count, DType::kF32,
+               ReduceOpKind::kSum, Algorithm::kRing);
+    EXPECT_LE(detail::scratch_peak_bytes(), detail::kPipelineDepth * 4096);
+    EXPECT_EQ(send, before);
+    for (size_t i = 0; i < count; ++i) {
+      ASSERT_EQ(recv[i], static_cast<float>(2 * (i % 97) + 1)) << "element " << i;
+    }
+  });
+}
+
 // Halving-doubling and recursive doubling pipeline through the same bounded scratch.
 TEST(AllReduceMemory, OtherAlgorithmsScratchIsBoundedByChunks) {
   const coll::CollectiveSettings settings = testing::chunk_settings(4096);
