@@ -112,6 +112,11 @@ constexpr auto kSettings = std::to_array<Setting>({
      "excludes, '=eth0' exact; empty = the route to the store's host"},
     {"TDIST_SOCKET_NSOCKS_PERPEER", "2", "TCP connections per pair of ranks (the same on all)",
      SettingType::kInt, 1, 8},
+    {"TDIST_STORE_AUTH_GRACE", "5",
+     "seconds a client of a TCPStore that requires a token or TLS may take to prove itself "
+     "(sshd's LoginGraceTime); a connection that has not is closed (0 = "
+     "TDIST_STORE_FRAME_TIMEOUT's limit applies instead)",
+     SettingType::kSeconds, 0, kYear},
     {"TDIST_STORE_BIND", "",
      "address rank 0's store listens on ('0.0.0.0' or '::': every interface); empty = the "
      "address MASTER_ADDR resolves to when this host has it (loopback stays loopback), else "

@@ -74,13 +74,14 @@ StoreServer::StoreServer(const std::string& host, uint16_t port, net::auth::Key 
       max_waits_per_connection_(
           static_cast<size_t>(setting_int("TDIST_STORE_MAX_WAITS_PER_CONNECTION"))),
       buffer_budget_(static_cast<size_t>(setting_int("TDIST_STORE_MAX_BUFFER_BYTES"))),
-      frame_timeout_(setting_seconds("TDIST_STORE_FRAME_TIMEOUT")) {
+      frame_timeout_(setting_seconds("TDIST_STORE_FRAME_TIMEOUT")),
+      auth_grace_(setting_seconds("TDIST_STORE_AUTH_GRACE")) {
   raise_descriptor_limit(max_connections_ + kSpareDescriptors);
   listener_ = net::listen_tcp(host, port);
   port_ = listener_.port();
   spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   loop_.add(listener_.fd.get(), EPOLLIN, [this](uint32_t) { on_accept(); });
-  if (frame_timeout_.count() > 0) start_frame_timer();
+  if (frame_timeout_.count() > 0 || proof_timeout().count() > 0) start_frame_timer();
   loop_.set_after_batch([this] { flush_dirty(); });
   thread_ = std::thread([this] {
     try {
@@ -100,12 +101,26 @@ StoreServer::StoreServer(const std::string& host, uint16_t port, net::auth::Key 
 
 StoreServer::~StoreServer() { stop(); }
 
-void StoreServer::start_frame_timer() {
-  // Ticks a quarter of the timeout apart (between 10 ms and 1 s): a half-sent frame is
-  // closed within 1.25 timeouts.
+std::chrono::milliseconds StoreServer::proof_timeout(const char** setting) const {
   using std::chrono::milliseconds;
+  const bool proving = key_.enabled() || tls_ != nullptr;
+  const bool grace = proving && auth_grace_.count() > 0 &&
+                     (frame_timeout_.count() == 0 || auth_grace_ < frame_timeout_);
+  if (setting != nullptr) {
+    *setting = grace ? "TDIST_STORE_AUTH_GRACE" : "TDIST_STORE_FRAME_TIMEOUT";
+  }
+  return grace ? auth_grace_ : frame_timeout_;
+}
+
+void StoreServer::start_frame_timer() {
+  // Ticks a quarter of the shorter timeout apart (between 10 ms and 1 s): a half-sent
+  // frame or an unproven connection is closed within 1.25 timeouts.
+  using std::chrono::milliseconds;
+  milliseconds shortest = frame_timeout_;
+  const milliseconds proof = proof_timeout();
+  if (shortest.count() == 0 || (proof.count() > 0 && proof < shortest)) shortest = proof;
   const milliseconds tick =
-      std::clamp<milliseconds>(frame_timeout_ / 4, milliseconds(10), std::chrono::seconds(1));
+      std::clamp<milliseconds>(shortest / 4, milliseconds(10), std::chrono::seconds(1));
   timer_fd_.reset(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
   if (!timer_fd_) {
     TDIST_THROW(Error, "TCPStore server: timerfd_create failed: ", net::errno_text(errno));
@@ -142,6 +157,7 @@ void StoreServer::on_accept() {
     int error = 0;
     net::Fd fd = net::accept_tcp(listener_.fd.get(), &error);
     if (error == EMFILE || error == ENFILE) {
+      if (evict_unproven()) continue;      // a descriptor is free for the waiting client
       if (!drop_one_connection()) return;  // accepting paused until a connection closes
       continue;
     }
@@ -317,6 +333,7 @@ bool StoreServer::parse_frames(Connection& c) {
       pos += kLengthBytes + length;
       continue;
     }
+    c.served = true;
     try {
       handle(c, h, payload);
     } catch (const PeerError& e) {
@@ -342,34 +359,36 @@ bool StoreServer::parse_frames(Connection& c) {
 
 void StoreServer::close_stalled_frames() {
   const auto now = std::chrono::steady_clock::now();
+  const char* proof_setting = nullptr;
+  const std::chrono::milliseconds proof = proof_timeout(&proof_setting);
+  const std::string within = detail::str_cat(proof.count() / 1000.0, " s (", proof_setting);
   std::vector<uint64_t> stalled;
   for (const auto& [id, c] : conns_) {
     // Requests held back by the read pause are whole frames: not the client's delay.
-    if (c->partial_since && !output_paused(*c) && now - *c->partial_since > frame_timeout_) {
+    if (!ready(*c)) {
+      // Authentication (and a TLS handshake) end within the proof timeout.
+      if (proof.count() > 0 && now - c->accepted_at > proof) stalled.push_back(id);
+    } else if (frame_timeout_.count() > 0 && c->partial_since && !output_paused(*c) &&
+               now - *c->partial_since > frame_timeout_) {
       stalled.push_back(id);
-    } else if (!ready(*c) && now - c->accepted_at > frame_timeout_) {
-      stalled.push_back(id);  // authentication (and a TLS handshake) end within the timeout
     }
   }
   for (uint64_t id : stalled) {
     Connection* c = find(id);
     if (c == nullptr) continue;
     if (c->tls_state == Connection::Tls::kHandshake) {  // no notice: it cannot be read
-      close_connection(
-          id,
-          detail::str_cat("did not complete the TLS handshake within ",
-                          frame_timeout_.count() / 1000.0, " s (TDIST_STORE_FRAME_TIMEOUT)"),
-          /*warn=*/true);
+      close_connection(id,
+                       detail::str_cat("did not complete the TLS handshake within ", within, ")"),
+                       /*warn=*/true);
       continue;
     }
     if (c->tls_state == Connection::Tls::kFirstBytes) {
-      refuse(*c, detail::str_cat("did not begin TLS within ", frame_timeout_.count() / 1000.0,
-                                 " s (TDIST_STORE_FRAME_TIMEOUT; this store requires TLS)"));
+      refuse(*c,
+             detail::str_cat("did not begin TLS within ", within, "; this store requires TLS)"));
       continue;
     }
     if (c->auth != Connection::Auth::kDone) {
-      refuse(*c, detail::str_cat("did not authenticate within ", frame_timeout_.count() / 1000.0,
-                                 " s (TDIST_STORE_FRAME_TIMEOUT)"));
+      refuse(*c, detail::str_cat("did not authenticate within ", within, ")"));
       continue;
     }
     close_connection(

@@ -74,6 +74,9 @@ struct Connection {
   enum class Auth : uint8_t { kDone, kAwaitHello, kAwaitProof } auth = Auth::kDone;
   std::optional<net::auth::Responder> responder;
   std::chrono::steady_clock::time_point accepted_at{};
+  // It sent a whole request after any authentication: a client of the job, which the
+  // server never closes to make room (StoreServer::evict_unproven).
+  bool served = false;
   // TLS (a server with TLS): kFirstBytes until the client's first bytes show whether it
   // speaks TLS, kHandshake until the handshake ended; nothing is parsed before kUp, and
   // from then on every byte goes through `tls` (declared after fd: destroyed before it).
@@ -107,6 +110,11 @@ class StoreServer final : public TCPStoreServer {
   // tcp_store_server.cc: connections and bytes (drop_one_connection, tell_refused and
   // refuse: tcp_store_tls.cc).
   void on_accept();
+  // Out of descriptors: closes the oldest connection that has not proved itself (not
+  // authenticated, or with authentication off never sent a request, and holds nothing
+  // unsent or parked), so that a new client, perhaps one of the job's, can be accepted;
+  // false when there is none.
+  bool evict_unproven();
   // Out of descriptors: accepts one waiting client and closes it; false (and accepting
   // paused until a connection closes) when no descriptor could be freed for it.
   bool drop_one_connection();
@@ -129,8 +137,13 @@ class StoreServer final : public TCPStoreServer {
     return c.auth == Connection::Auth::kDone &&
            (c.tls_state == Tls::kOff || c.tls_state == Tls::kUp);
   }
-  // Closes the connections whose partial frame is older than frame_timeout_ (timer tick).
+  // Closes the connections whose partial frame is older than frame_timeout_, and those
+  // that have not proved themselves within proof_timeout() (timer tick).
   void close_stalled_frames();
+  // How long a connection may take over its TLS handshake and authentication:
+  // TDIST_STORE_AUTH_GRACE, or TDIST_STORE_FRAME_TIMEOUT where that is shorter (or the
+  // grace 0); 0 = no limit. `setting` names the one that applies.
+  std::chrono::milliseconds proof_timeout(const char** setting = nullptr) const;
   void start_frame_timer();
   Connection* find(uint64_t conn_id);
   void mark_dirty(Connection& c);
@@ -190,10 +203,12 @@ class StoreServer final : public TCPStoreServer {
   net::Listener listener_;
   uint16_t port_;
   std::chrono::milliseconds frame_timeout_;  // TDIST_STORE_FRAME_TIMEOUT; 0 = none
+  std::chrono::milliseconds auth_grace_;     // TDIST_STORE_AUTH_GRACE; 0 = none
   net::Fd timer_fd_;                         // ticks close_stalled_frames
   net::Fd spare_fd_;                         // closed to accept-and-drop when out of descriptors
   bool accept_paused_ = false;               // the listener is out of epoll
   size_t dropped_connections_ = 0;           // since the last log line
+  size_t evicted_connections_ = 0;           // evict_unproven's, since the last log line
   std::chrono::steady_clock::time_point next_drop_log_{};  // rate limit of that line
   net::EpollLoop loop_;
   std::unordered_map<uint64_t, std::unique_ptr<Connection>> conns_;

@@ -191,6 +191,40 @@ bool StoreServer::closed_tls_client(Connection& c) {
   return true;
 }
 
+bool StoreServer::evict_unproven() {
+  // A connection flood (thousands that never authenticate, or never send a request) must
+  // not lock the job's own clients out: out of descriptors, the oldest connection that
+  // has not proved itself makes room, as sshd's MaxStartups drops unauthenticated ones.
+  // A client of the job proves itself within a round trip of connecting, so the flood's
+  // older connections go first.
+  Connection* oldest = nullptr;
+  for (const auto& [id, c] : conns_) {
+    const bool idle = c->in.empty() && c->out.size() == c->out_start && c->waits.empty();
+    const bool unproven = !ready(*c) || (!c->served && idle);
+    if (unproven && (oldest == nullptr || c->accepted_at < oldest->accepted_at)) {
+      oldest = c.get();
+    }
+  }
+  if (oldest == nullptr) return false;
+  const auto now = std::chrono::steady_clock::now();
+  const double age = std::chrono::duration<double>(now - oldest->accepted_at).count();
+  const std::string why = detail::str_cat(
+      "closed to make room: the server is out of file descriptors, and this connection ",
+      ready(*oldest) ? "sent no request" : "did not authenticate", " in its ", age, " s");
+  if (ready(*oldest) && !tls_) tell_refused(oldest->fd.get(), why);
+  close_connection(oldest->id, why, /*warn=*/false);
+  ++evicted_connections_;
+  if (now >= next_drop_log_) {  // one line per 10 s at most, shared with drop_one_connection
+    TDIST_LOG(kWarn) << "TCPStore server: out of file descriptors with " << conns_.size()
+                     << " connections; closed " << evicted_connections_
+                     << " that had not authenticated or sent a request, oldest first, to "
+                        "accept new clients";
+    evicted_connections_ = 0;
+    next_drop_log_ = now + std::chrono::seconds(10);
+  }
+  return true;
+}
+
 bool StoreServer::drop_one_connection() {
   // The spare descriptor makes room to accept the waiting client and close it at once: it
   // sees a closed connection instead of hanging in the queue, and the level-triggered

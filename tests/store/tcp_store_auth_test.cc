@@ -208,6 +208,22 @@ TEST(TCPStoreAuthSettings, AClientThatNeverAuthenticatesIsClosed) {
   EXPECT_EQ(client(server->port(), kToken)->add("n", 1), 1);
 }
 
+// The grace for authenticating (TDIST_STORE_AUTH_GRACE, 5 s by default) is shorter than
+// the frame timeout (30 s): a connection that never authenticates is closed after it,
+// told which setting closed it; a client that authenticates at once is served throughout.
+TEST(TCPStoreAuthSettings, AClientThatNeverAuthenticatesIsClosedAfterTheGrace) {
+  ::setenv("TDIST_STORE_AUTH_GRACE", "0.5", 1);
+  auto server = TCPStoreServer::start("127.0.0.1", 0, kToken);
+  ::unsetenv("TDIST_STORE_AUTH_GRACE");
+  auto good = client(server->port(), kToken);
+  Raw idle(server->port());
+  std::string notice = idle.notice();  // waits up to 10 s: 30 s (the frame timeout) is too late
+  EXPECT_NE(notice.find("did not authenticate within 0.5 s (TDIST_STORE_AUTH_GRACE)"),
+            std::string::npos)
+      << notice;
+  EXPECT_EQ(good->add("n", 1), 1);
+}
+
 TEST(TCPStoreAuthSettings, ATokenAgainstAServerWithoutOneIsRefused) {
   auto server = TCPStoreServer::start("127.0.0.1", 0, "");
   std::string what = error_of<AuthError>([&] { client(server->port(), kToken); });

@@ -465,33 +465,78 @@ double cpu_seconds() {
   return secs(u.ru_utime) + secs(u.ru_stime);
 }
 
-// Out of file descriptors, the server drops new clients (they see their connection close
-// rather than hang), does not spin on its listener, and keeps serving the clients it has.
-// (It used to re-open its spare descriptor while the dropped one was still open, lose the
-// spare, and then busy-loop at 100% CPU writing the same warning.)
-// The body of the test below, in a child process (its descriptor limit is lowered); returns
-// the exit code, 0 on success.
-int out_of_descriptors_run() {
+// Out of file descriptors (the server's process allows 64 here), a TCPStore server makes
+// room for new clients by closing, oldest first, connections that have not proved
+// themselves: with a token, those that have not authenticated; without, those that never
+// sent a request. A flood of such connections cannot lock the job's own clients out: one
+// that connects during the flood is served, and so are those from before. When every
+// connection has proved itself, the newest client is dropped instead (it sees its
+// connection close rather than hang). Either way the server does not spin on its
+// listener. (It used to re-open its spare descriptor while the dropped one was still
+// open, lose the spare, and then busy-loop at 100% CPU writing the same warning.)
+// The bodies run in child processes; each returns its exit code, 0 on success.
+enum class Flood { kIdle, kServed };
+
+TCPStoreOptions options_with(uint16_t port, const std::string& token) {
+  TCPStoreOptions o = client_options(port);
+  o.auth_token = token;
+  return o;
+}
+
+// 200 connections that never send a byte; then a client of the job connects.
+int idle_flood(uint16_t port, const std::string& token) {
+  std::vector<net::Fd> clients;
+  for (int i = 0; i < 200; ++i) {
+    clients.push_back(net::connect_tcp("127.0.0.1", port, Deadline::after(kShort)));
+  }
+  // The oldest made room for newer ones.
+  if (!closed_by_peer(clients.front().get(), Deadline::after(kShort))) return 12;
+  try {
+    TCPStore late("127.0.0.1", options_with(port, token));
+    late.set("late", std::string_view("served"));
+    if (get_text(late, "late") != "served") return 14;
+  } catch (const std::exception&) {
+    return 15;
+  }
+  std::this_thread::sleep_for(1s);  // keep the server out of descriptors a while
+  return 0;
+}
+
+// Connections that each send a request and read its reply, until one is dropped.
+int served_flood(uint16_t port) {
+  std::vector<uint8_t> ping;
+  FrameWriter(ping, static_cast<uint8_t>(store_wire::Command::kPing), 1).finish();
+  std::vector<net::Fd> clients;
+  for (int i = 0; i < 200; ++i) {
+    clients.push_back(net::connect_tcp("127.0.0.1", port, Deadline::after(kShort)));
+    const int fd = clients.back().get();
+    try {
+      net::write_full(fd, ping.data(), ping.size(), Deadline::after(kShort), "server");
+      std::vector<uint8_t> payload;
+      if (read_reply(fd, &payload).request_id == 1) continue;  // served
+    } catch (const std::exception&) {                          // closed unserved
+    }
+    if (!closed_by_peer(fd, Deadline::after(kShort))) return 12;
+    std::this_thread::sleep_for(1s);
+    return 0;
+  }
+  return 13;  // the server never ran out
+}
+
+int out_of_descriptors_run(const std::string& token, Flood kind) {
   int ports[2];
   if (::pipe(ports) != 0) return 10;
   const pid_t flood = ::fork();
-  if (flood == 0) {  // the flood: many clients, from a process with its own limit
+  if (flood == 0) {  // the flood, from a process with its own limit
     uint16_t port = 0;
     if (::read(ports[0], &port, sizeof(port)) != sizeof(port)) std::_Exit(11);
-    std::vector<net::Fd> clients;
-    for (int i = 0; i < 200; ++i) {
-      clients.push_back(net::connect_tcp("127.0.0.1", port, Deadline::after(kShort)));
-    }
-    // The newest client is beyond the server's descriptors: dropped, not left waiting.
-    const bool dropped = closed_by_peer(clients.back().get(), Deadline::after(kShort));
-    std::this_thread::sleep_for(1s);  // keep the server out of descriptors a while
-    std::_Exit(dropped ? 0 : 12);
+    std::_Exit(kind == Flood::kIdle ? idle_flood(port, token) : served_flood(port));
   }
   const rlimit tight{64, 64};
   if (::setrlimit(RLIMIT_NOFILE, &tight) != 0) return 13;
-  auto server = TCPStoreServer::start("127.0.0.1", 0);
-  auto good = connect(server->port());
-  good->set("k", std::string_view("v"));
+  auto server = TCPStoreServer::start("127.0.0.1", 0, token);
+  TCPStore good("127.0.0.1", options_with(server->port(), token));
+  good.set("k", std::string_view("v"));
   const uint16_t port = server->port();
   if (::write(ports[1], &port, sizeof(port)) != sizeof(port)) return 14;
   const double cpu_before = cpu_seconds();
@@ -501,13 +546,28 @@ int out_of_descriptors_run() {
   const double cpu = cpu_seconds() - cpu_before;
   const double wall = std::chrono::duration<double>(Clock::now() - wall_before).count();
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return 20 + WEXITSTATUS(status);
-  if (cpu > 0.5 * wall) return 30;  // a spinning loop uses a whole core
-  return get_text(*good, "k") == "v" ? 0 : 31;
+  if (cpu > 0.5 * wall) return 40;  // a spinning loop uses a whole core
+  if (get_text(good, "k") != "v") return 41;
+  if (kind == Flood::kIdle && get_text(good, "late") != "served") return 42;
+  return 0;
 }
 
-TEST(TCPStore, OutOfDescriptorsDropsNewClientsWithoutSpinning) {
+TEST(TCPStore, OutOfDescriptorsAnIdleFloodMakesRoomForTheJobsClients) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_EXIT(std::_Exit(out_of_descriptors_run()), ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(std::_Exit(out_of_descriptors_run("", Flood::kIdle)), ::testing::ExitedWithCode(0),
+              "");
+}
+
+TEST(TCPStore, OutOfDescriptorsUnauthenticatedFloodMakesRoomForTheJobsClients) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(std::_Exit(out_of_descriptors_run("job-secret", Flood::kIdle)),
+              ::testing::ExitedWithCode(0), "");
+}
+
+TEST(TCPStore, OutOfDescriptorsWithEveryClientServedDropsNewOnesWithoutSpinning) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(std::_Exit(out_of_descriptors_run("", Flood::kServed)), ::testing::ExitedWithCode(0),
+              "");
 }
 
 // A client does not trust the reply size a server announces: over its frame limit, the
