@@ -364,12 +364,15 @@ void StoreServer::close_stalled_frames() {
   const std::string within = detail::str_cat(proof.count() / 1000.0, " s (", proof_setting);
   std::vector<uint64_t> stalled;
   for (const auto& [id, c] : conns_) {
-    // Requests held back by the read pause are whole frames: not the client's delay.
     if (!ready(*c)) {
       // Authentication (and a TLS handshake) end within the proof timeout.
       if (proof.count() > 0 && now - c->accepted_at > proof) stalled.push_back(id);
-    } else if (frame_timeout_.count() > 0 && c->partial_since && !output_paused(*c) &&
-               now - *c->partial_since > frame_timeout_) {
+      continue;
+    }
+    // A half-sent request (those held back by the read pause are whole frames: not the
+    // client's delay).
+    if (frame_timeout_.count() > 0 && c->partial_since && !output_paused(*c) &&
+        now - *c->partial_since > frame_timeout_) {
       stalled.push_back(id);
     }
   }

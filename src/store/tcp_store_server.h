@@ -74,8 +74,8 @@ struct Connection {
   enum class Auth : uint8_t { kDone, kAwaitHello, kAwaitProof } auth = Auth::kDone;
   std::optional<net::auth::Responder> responder;
   std::chrono::steady_clock::time_point accepted_at{};
-  // It sent a whole request after any authentication: a client of the job, which the
-  // server never closes to make room (StoreServer::evict_unproven).
+  // It sent a whole request after any authentication: without a token, how a client of
+  // the job proves itself (StoreServer::evict_unproven).
   bool served = false;
   // TLS (a server with TLS): kFirstBytes until the client's first bytes show whether it
   // speaks TLS, kHandshake until the handshake ended; nothing is parsed before kUp, and
@@ -110,8 +110,8 @@ class StoreServer final : public TCPStoreServer {
   // tcp_store_server.cc: connections and bytes (drop_one_connection, tell_refused and
   // refuse: tcp_store_tls.cc).
   void on_accept();
-  // Out of descriptors: closes the oldest connection that has not proved itself (not
-  // authenticated, or with authentication off never sent a request, and holds nothing
+  // Out of descriptors: closes the oldest connection that has not proved itself (with a
+  // token or TLS: not authenticated; without: never sent a request, and holds nothing
   // unsent or parked), so that a new client, perhaps one of the job's, can be accepted;
   // false when there is none.
   bool evict_unproven();

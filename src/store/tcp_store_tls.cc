@@ -197,10 +197,13 @@ bool StoreServer::evict_unproven() {
   // has not proved itself makes room, as sshd's MaxStartups drops unauthenticated ones.
   // A client of the job proves itself within a round trip of connecting, so the flood's
   // older connections go first.
+  // With a token (or TLS) a connection proves itself by authenticating; without, by
+  // sending a request.
+  const bool proving = key_.enabled() || tls_ != nullptr;
   Connection* oldest = nullptr;
   for (const auto& [id, c] : conns_) {
     const bool idle = c->in.empty() && c->out.size() == c->out_start && c->waits.empty();
-    const bool unproven = !ready(*c) || (!c->served && idle);
+    const bool unproven = !ready(*c) || (!proving && !c->served && idle);
     if (unproven && (oldest == nullptr || c->accepted_at < oldest->accepted_at)) {
       oldest = c.get();
     }
