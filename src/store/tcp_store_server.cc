@@ -81,7 +81,7 @@ StoreServer::StoreServer(const std::string& host, uint16_t port, net::auth::Key 
   port_ = listener_.port();
   spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   loop_.add(listener_.fd.get(), EPOLLIN, [this](uint32_t) { on_accept(); });
-  if (frame_timeout_.count() > 0 || proof_timeout().count() > 0) start_frame_timer();
+  if (proof_timeout().count() > 0) start_frame_timer();  // the shorter of the two limits
   loop_.set_after_batch([this] { flush_dirty(); });
   thread_ = std::thread([this] {
     try {
@@ -102,9 +102,7 @@ StoreServer::StoreServer(const std::string& host, uint16_t port, net::auth::Key 
 StoreServer::~StoreServer() { stop(); }
 
 std::chrono::milliseconds StoreServer::proof_timeout(const char** setting) const {
-  using std::chrono::milliseconds;
-  const bool proving = key_.enabled() || tls_ != nullptr;
-  const bool grace = proving && auth_grace_.count() > 0 &&
+  const bool grace = must_prove() && auth_grace_.count() > 0 &&
                      (frame_timeout_.count() == 0 || auth_grace_ < frame_timeout_);
   if (setting != nullptr) {
     *setting = grace ? "TDIST_STORE_AUTH_GRACE" : "TDIST_STORE_FRAME_TIMEOUT";
@@ -113,14 +111,12 @@ std::chrono::milliseconds StoreServer::proof_timeout(const char** setting) const
 }
 
 void StoreServer::start_frame_timer() {
-  // Ticks a quarter of the shorter timeout apart (between 10 ms and 1 s): a half-sent
-  // frame or an unproven connection is closed within 1.25 timeouts.
+  // Ticks a quarter of the shorter timeout (proof_timeout(): the grace or the frame
+  // timeout) apart, between 10 ms and 1 s: a half-sent frame or an unproven connection is
+  // closed within 1.25 timeouts.
   using std::chrono::milliseconds;
-  milliseconds shortest = frame_timeout_;
-  const milliseconds proof = proof_timeout();
-  if (shortest.count() == 0 || (proof.count() > 0 && proof < shortest)) shortest = proof;
   const milliseconds tick =
-      std::clamp<milliseconds>(shortest / 4, milliseconds(10), std::chrono::seconds(1));
+      std::clamp<milliseconds>(proof_timeout() / 4, milliseconds(10), std::chrono::seconds(1));
   timer_fd_.reset(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
   if (!timer_fd_) {
     TDIST_THROW(Error, "TCPStore server: timerfd_create failed: ", net::errno_text(errno));

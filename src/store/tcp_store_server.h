@@ -140,9 +140,12 @@ class StoreServer final : public TCPStoreServer {
   // Closes the connections whose partial frame is older than frame_timeout_, and those
   // that have not proved themselves within proof_timeout() (timer tick).
   void close_stalled_frames();
+  // Whether a connection must authenticate (a token) or handshake (TLS) before it is served.
+  bool must_prove() const { return key_.enabled() || tls_ != nullptr; }
   // How long a connection may take over its TLS handshake and authentication:
   // TDIST_STORE_AUTH_GRACE, or TDIST_STORE_FRAME_TIMEOUT where that is shorter (or the
-  // grace 0); 0 = no limit. `setting` names the one that applies.
+  // grace 0); 0 = no limit. Never longer than the frame timeout, so also the shorter of
+  // the two. `setting` names the one that applies.
   std::chrono::milliseconds proof_timeout(const char** setting = nullptr) const;
   void start_frame_timer();
   Connection* find(uint64_t conn_id);

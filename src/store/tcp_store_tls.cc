@@ -199,7 +199,7 @@ bool StoreServer::evict_unproven() {
   // older connections go first.
   // With a token (or TLS) a connection proves itself by authenticating; without, by
   // sending a request.
-  const bool proving = key_.enabled() || tls_ != nullptr;
+  const bool proving = must_prove();
   Connection* oldest = nullptr;
   for (const auto& [id, c] : conns_) {
     const bool idle = c->in.empty() && c->out.size() == c->out_start && c->waits.empty();
