@@ -39,6 +39,7 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <source_location>
 #include <span>
 #include <string>
 #include <string_view>
@@ -109,6 +110,13 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // Whether TDIST_DEBUG was "detail" when the group was made: each collective's fingerprint,
   // with the caller's CollectiveDetail, is compared across ranks before it runs.
   bool debug_detail() const { return debug_detail_; }
+  // Whether TDIST_DEBUG was "callsite" or "detail" when the group was made: each collective's
+  // fingerprint includes its call site (the outermost CallSite of the calling thread, else
+  // the `where` of the call), so ranks that call the same operation from different lines
+  // get a DesyncError naming both lines ("rank 0 called all_reduce #7 f32 x4 sum at
+  // train.cc:88; rank 1 called all_reduce #7 f32 x4 sum at train.cc:91"). On the wire
+  // (tcp, shm, auto, cuda_ipc), and through the store's check under detail.
+  bool debug_callsite() const { return debug_callsite_; }
 
   // Rank translation between this group and the world group it descends from.
   const std::vector<int>& global_ranks() const { return global_ranks_; }
@@ -118,43 +126,55 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // ---- collectives (same order on every rank) ----
   // Each checks its arguments (InvalidArgument, the same text for every backend), takes
   // the group's next sequence number and hands the call to the backend (do_* below).
+  // `where` is the caller's line, which TDIST_DEBUG=callsite checks (debug_callsite()).
 
   // recv[i] = op over all ranks of send[i].
-  WorkPtr all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op);
-  WorkPtr all_reduce(void* data, size_t count, DType dtype, ReduceOp op = ReduceOpKind::kSum) {
-    return all_reduce(data, data, count, dtype, op);
+  WorkPtr all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                     std::source_location where = std::source_location::current());
+  WorkPtr all_reduce(void* data, size_t count, DType dtype, ReduceOp op = ReduceOpKind::kSum,
+                     std::source_location where = std::source_location::current()) {
+    return all_reduce(data, data, count, dtype, op, where);
   }
 
   // Root's data is copied to every rank's data.
-  WorkPtr broadcast(void* data, size_t count, DType dtype, int root);
+  WorkPtr broadcast(void* data, size_t count, DType dtype, int root,
+                    std::source_location where = std::source_location::current());
 
   // recv (significant at root only; may be null elsewhere) = op over all ranks of send.
-  WorkPtr reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, int root);
+  WorkPtr reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, int root,
+                 std::source_location where = std::source_location::current());
 
   // recv holds size() blocks of count elements, rank r's send in block r.
-  WorkPtr all_gather(const void* send, void* recv, size_t count, DType dtype);
+  WorkPtr all_gather(const void* send, void* recv, size_t count, DType dtype,
+                     std::source_location where = std::source_location::current());
   // Variable sizes: rank r contributes recv_counts[r] elements (send_count on this rank);
   // recv holds the blocks back to back in rank order.
   WorkPtr all_gatherv(const void* send, size_t send_count, void* recv,
-                      std::span<const size_t> recv_counts, DType dtype);
+                      std::span<const size_t> recv_counts, DType dtype,
+                      std::source_location where = std::source_location::current());
 
   // Root's recv (size() * count elements) gets rank r's send in block r.
-  WorkPtr gather(const void* send, void* recv, size_t count, DType dtype, int root);
+  WorkPtr gather(const void* send, void* recv, size_t count, DType dtype, int root,
+                 std::source_location where = std::source_location::current());
   // Rank r's recv gets block r of root's send (size() * count elements).
-  WorkPtr scatter(const void* send, void* recv, size_t count, DType dtype, int root);
+  WorkPtr scatter(const void* send, void* recv, size_t count, DType dtype, int root,
+                  std::source_location where = std::source_location::current());
 
   // send holds size() blocks of count elements; rank r's recv = op over ranks of block r.
-  WorkPtr reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op);
+  WorkPtr reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                         std::source_location where = std::source_location::current());
 
   // Block p of send goes to rank p; block p of recv comes from rank p (count each). send
   // may equal recv (in place; the backend then works from a copy of send).
-  WorkPtr all_to_all(const void* send, void* recv, size_t count, DType dtype);
+  WorkPtr all_to_all(const void* send, void* recv, size_t count, DType dtype,
+                     std::source_location where = std::source_location::current());
   // Variable sizes: send_counts[p] elements go to rank p, recv_counts[p] come from it;
   // blocks are back to back in rank order.
   WorkPtr all_to_allv(const void* send, std::span<const size_t> send_counts, void* recv,
-                      std::span<const size_t> recv_counts, DType dtype);
+                      std::span<const size_t> recv_counts, DType dtype,
+                      std::source_location where = std::source_location::current());
 
-  WorkPtr barrier();
+  WorkPtr barrier(std::source_location where = std::source_location::current());
 
   // torch.distributed.monitored_barrier: a blocking barrier that says which ranks did not
   // arrive. It runs through store(), not the backend's collectives, so it works on every
@@ -301,6 +321,10 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   void note_finished(uint64_t seq, const std::exception_ptr& error,
                      std::string_view algorithm = {});
 
+  // The call site id (ProcessGroup::debug_callsite(); core/call_site.h) of the collective
+  // being issued, for a do_* that builds its fingerprint itself; 0 when not checked. Valid
+  // inside do_* only.
+  uint16_t issuing_site() const { return issuing_site_; }
   // The number the next collective will get (for messages, e.g. abort's); never blocks.
   uint64_t next_seq() const { return next_seq_.load(std::memory_order_acquire); }
   // The name of a point-to-point call: "isend" or "irecv" for one op, else
@@ -324,14 +348,17 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // Numbers collectives: a do_* collective runs with issue_mu_ held; next_seq_ is
   // written only under it and read anywhere (so not TDIST_GUARDED_BY).
   template <typename Call>
-  WorkPtr numbered(const core::OpFingerprint& fp, Call&& call) TDIST_EXCLUDES(issue_mu_);
+  WorkPtr numbered(core::OpFingerprint fp, const std::source_location& where, Call&& call)
+      TDIST_EXCLUDES(issue_mu_);
   // TDIST_DEBUG=detail (read when the group is made): every rank's fingerprint of the
   // collective about to be numbered, with this thread's CollectiveDetail, is compared through
   // the store before anything is sent (diag/detail_check.cc).
   void detail_check(const core::OpFingerprint& fp);
   const bool debug_detail_;
+  const bool debug_callsite_;
   std::atomic<uint64_t> detail_checks_{0};
   Mutex issue_mu_;
+  uint16_t issuing_site_ = 0;  // written under issue_mu_ before each do_*, read inside it
   bool registered_ TDIST_GUARDED_BY(issue_mu_) = false;  // in the flight records' registry
   std::string name_ = "default";
   std::unique_ptr<diag::FlightRecorder> recorder_;
@@ -345,6 +372,35 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::atomic<uint64_t> next_seq_{0};
   // Numbers monitored_barrier calls (apart from the collectives' next_seq_).
   std::atomic<uint64_t> monitored_barriers_{0};
+};
+
+// The call site that collectives issued on this thread name while the object lives, for
+// TDIST_DEBUG=callsite (ProcessGroup::debug_callsite()): a layer over ProcessGroup (the torch
+// layer, the Python backend) names its caller's line rather than its own. Nested objects:
+// the outermost wins (the layer the user called). `file` must outlive the object. Costs a
+// thread-local pointer when callsite checks are off.
+class CallSite {
+ public:
+  explicit CallSite(const std::source_location& where) : CallSite(where.file_name(), where.line()) {
+    literal_ = true;
+  }
+  CallSite(const char* file, uint32_t line);
+  ~CallSite();
+  CallSite(const CallSite&) = delete;
+  CallSite& operator=(const CallSite&) = delete;
+
+  // This thread's outermost CallSite, or null.
+  static const CallSite* outermost();
+  const char* file() const { return file_; }
+  uint32_t line() const { return line_; }
+  // Whether file() is a std::source_location's (it never changes or moves).
+  bool literal() const { return literal_; }
+
+ private:
+  const char* file_;
+  uint32_t line_;
+  bool outermost_;
+  bool literal_ = false;
 };
 
 // What the caller adds to the fingerprint of every collective this thread issues while the

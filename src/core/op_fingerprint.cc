@@ -3,13 +3,16 @@
 
 #include <sstream>
 
+#include "core/call_site.h"
+
 namespace tdist::core {
 namespace {
 
-// w0: kind (bits 0-7), dtype (8-15), reduce op + 1 or 0 (16-23), root + 1 (32-63). The root
-// field is worked in uint32_t both ways: a peer's words are arbitrary (0x80000000 decodes to
-// INT_MAX), and no int arithmetic can overflow on them.
+// w0: kind (bits 0-7), dtype (8-15), reduce op + 1 or 0 (16-23), root + 1 (24-47), call
+// site (48-63). The root field is worked in uint32_t both ways: a peer's words are arbitrary,
+// and no int arithmetic can overflow on them.
 constexpr uint64_t kKindMask = 0xFF;
+constexpr uint32_t kRootMask = 0xFFFFFF;
 
 }  // namespace
 
@@ -17,7 +20,8 @@ OpFingerprint::Words OpFingerprint::encode() const {
   if (kind == OpKind::kNone) return {};
   const uint64_t w0 = static_cast<uint64_t>(kind) | (uint64_t{static_cast<uint8_t>(dtype)} << 8) |
                       (has_reduce ? uint64_t{static_cast<uint8_t>(reduce)} + 1 : 0) << 16 |
-                      (uint64_t{static_cast<uint32_t>(root) + 1U} << 32);
+                      (uint64_t{(static_cast<uint32_t>(root) + 1U) & kRootMask} << 24) |
+                      (uint64_t{site} << 48);
   return {w0, count};
 }
 
@@ -29,7 +33,9 @@ OpFingerprint OpFingerprint::decode(Words words) {
   const auto reduce = static_cast<uint8_t>((words.w0 >> 16) & 0xFF);
   fp.has_reduce = reduce != 0;
   if (fp.has_reduce) fp.reduce = static_cast<ReduceOpKind>(reduce - 1);
-  fp.root = static_cast<int>(static_cast<uint32_t>(words.w0 >> 32) - 1U);
+  const uint32_t root = static_cast<uint32_t>(words.w0 >> 24) & kRootMask;
+  fp.root = root == 0 ? kNoRoot : static_cast<int>(root - 1U);
+  fp.site = static_cast<uint16_t>(words.w0 >> 48);
   fp.count = words.w1;
   return fp;
 }
@@ -73,7 +79,8 @@ const char* op_kind_name(OpKind kind) {
 std::string OpFingerprint::describe(uint64_t seq) const {
   std::ostringstream out;
   out << op_kind_name(kind) << " #" << seq;
-  if (kind == OpKind::kNone || kind == OpKind::kBarrier) return out.str();
+  const std::string at = site != 0 ? " at " + call_site_text(site) : "";
+  if (kind == OpKind::kNone || kind == OpKind::kBarrier) return out.str() + at;
   const std::string_view dtype_text = dtype_name(dtype);
   if (dtype_text.empty()) {
     out << " dtype " << static_cast<int>(dtype);
@@ -83,7 +90,7 @@ std::string OpFingerprint::describe(uint64_t seq) const {
   if (count != kAnyCount) out << " x" << count;
   if (has_reduce) out << ' ' << reduce_op_name(reduce);
   if (root != kNoRoot) out << " root " << root;
-  return out.str();
+  return out.str() + at;
 }
 
 }  // namespace tdist::core

@@ -8,7 +8,9 @@
 // whose counts legitimately differ between ranks) matches any count. premul_sum's factor
 // is left out: ranks may scale by different factors.
 // describe() names it as error messages do: "all_reduce #41 f32 x1024 sum",
-// "broadcast #41 f32 x1024 root 0", "barrier #7".
+// "broadcast #41 f32 x1024 root 0", "barrier #7". With TDIST_DEBUG=callsite the caller's
+// site joins it (`site`, call_site.h): "all_reduce #7 f32 x4 sum at train.cc:88"; a
+// fingerprint without one (0) agrees only with another without one.
 #pragma once
 
 #include <cstdint>
@@ -44,8 +46,9 @@ struct OpFingerprint {
   DType dtype = DType::kU8;
   bool has_reduce = false;
   ReduceOpKind reduce = ReduceOpKind::kSum;
-  int root = kNoRoot;
+  int root = kNoRoot;  // < 2^24 - 1 (the wire has 24 bits for it)
   uint64_t count = 0;
+  uint16_t site = 0;  // call_site_id() of the caller, 0 when not checked
 
   // The two wire words; {0, 0} for kNone.
   struct Words {

@@ -49,11 +49,14 @@ constexpr auto kSettings = std::to_array<Setting>({
      "groups on device memory use 32 MiB)",
      SettingType::kInt, 1, kGiB},
     {"TDIST_DEBUG", "off",
-     "off or detail: detail compares each collective's fingerprint (operation, sequence number, "
-     "dtype, count, root, reduce op; the torch layer adds the tensors' shapes) across the "
-     "group's ranks through its store before it runs, and a mismatch is a DesyncError quoting "
-     "both sides (costs a few store round trips per collective)",
-     SettingType::kText, 0, -1, "off|detail"},
+     "off, callsite or detail: callsite adds each collective's call site (file and line: C++'s "
+     "source_location, Python's calling frame) to the fingerprint its messages carry, so ranks "
+     "that call from different lines get a DesyncError naming both; detail also compares each "
+     "collective's fingerprint (operation, sequence number, dtype, count, root, reduce op, call "
+     "site; the torch layer adds the tensors' shapes) across the group's ranks through its store "
+     "before it runs, and a mismatch is a DesyncError quoting both sides (costs a few store "
+     "round trips per collective)",
+     SettingType::kText, 0, -1, "off|callsite|detail"},
     {"TDIST_ELASTIC_JOIN_WINDOW", "30",
      "seconds a new generation of an elastic job waits for members that have not arrived (a "
      "frozen rank, a replacement still starting) before it goes on without them",

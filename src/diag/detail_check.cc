@@ -3,7 +3,8 @@
 // difference is a DesyncError on every rank, quoting the first rank that differs from rank 0
 // and rank 0, before anything is sent (so the group stays usable). Like the fingerprints on
 // the wire, but it also sees what the caller adds (CollectiveDetail: the torch layer's
-// tensor shapes) and works for every backend, mpi and a user's included.
+// tensor shapes) and works for every backend, mpi and a user's included. CallSite, the scope
+// that names a collective's call site (TDIST_DEBUG=callsite, also under detail), lives here too.
 //
 // Keys of check n, under "debug_detail/<n>/": <r>, set by rank r: "<w0> <w1> <seq>\t<detail>"
 // (the fingerprint's wire words, hexadecimal). Rank r deletes its key of check n - 1 once it
@@ -11,8 +12,10 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/call_site.h"
 #include "core/op_fingerprint.h"
 #include "tdist/deadline.h"
 #include "tdist/error.h"
@@ -24,6 +27,7 @@ namespace tdist {
 namespace {
 
 thread_local const CollectiveDetail* innermost = nullptr;
+thread_local const CallSite* outermost_site = nullptr;
 
 struct Published {
   core::OpFingerprint::Words words;
@@ -51,9 +55,13 @@ Published decode(const std::string& text) {
   return p;
 }
 
+// "all_reduce #3 f32 x1024 sum shape [32, 32] at train.cc:88": the call site last.
 std::string describe(const Published& p) {
-  std::string text = core::OpFingerprint::decode(p.words).describe(p.seq);
+  core::OpFingerprint fp = core::OpFingerprint::decode(p.words);
+  const uint16_t site = std::exchange(fp.site, 0);
+  std::string text = fp.describe(p.seq);
   if (!p.detail.empty()) text += " " + p.detail;
+  if (site != 0) text += " at " + core::call_site_text(site);
   return text;
 }
 
@@ -62,6 +70,17 @@ bool agree(const Published& a, const Published& b) {
 }
 
 }  // namespace
+
+CallSite::CallSite(const char* file, uint32_t line)
+    : file_(file), line_(line), outermost_(outermost_site == nullptr) {
+  if (outermost_) outermost_site = this;
+}
+
+CallSite::~CallSite() {
+  if (outermost_) outermost_site = nullptr;
+}
+
+const CallSite* CallSite::outermost() { return outermost_site; }
 
 CollectiveDetail::CollectiveDetail(std::string text) : text_(std::move(text)), outer_(innermost) {
   innermost = this;

@@ -25,10 +25,14 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int size,
       timeout_(timeout),
       global_ranks_(std::move(global_ranks)),
       debug_detail_(setting_string("TDIST_DEBUG") == "detail"),
+      debug_callsite_(debug_detail_ || setting_string("TDIST_DEBUG") == "callsite"),
       recorder_(std::make_unique<diag::FlightRecorder>(
           static_cast<size_t>(setting_int("TDIST_FLIGHT_RECORDER_SIZE")))) {
   TDIST_CHECK(store_ != nullptr, InvalidArgument, "ProcessGroup: the store is null");
   TDIST_CHECK(size_ >= 1, InvalidArgument, "ProcessGroup: size ", size_, " is below 1");
+  // A collective's fingerprint holds root + 1 in 24 bits (core/op_fingerprint.h).
+  TDIST_CHECK(size_ < (1 << 24) - 1, InvalidArgument, "ProcessGroup: size ", size_,
+              " is above the largest group, ", (1 << 24) - 2);
   TDIST_CHECK(rank_ >= 0 && rank_ < size_, InvalidArgument, "ProcessGroup: rank ", rank_,
               " is outside 0..", size_ - 1);
   TDIST_CHECK(timeout_.count() >= 0, InvalidArgument, "ProcessGroup: timeout ", timeout_.count(),

@@ -5,6 +5,7 @@
 #include <limits>
 #include <utility>
 
+#include "core/call_site.h"
 #include "core/op_fingerprint.h"
 #include "diag/flight_recorder.h"
 #include "tdist/error.h"
@@ -66,7 +67,17 @@ void check_peer(const char* op, int peer, int rank, int size) {
 }  // namespace
 
 template <typename Call>
-WorkPtr ProcessGroup::numbered(const core::OpFingerprint& fp, Call&& call) {
+WorkPtr ProcessGroup::numbered(core::OpFingerprint fp, const std::source_location& where,
+                               Call&& call) {
+  if (debug_callsite_) {
+    const CallSite* site = CallSite::outermost();
+    if (site == nullptr) {
+      fp.site = core::call_site_id_of_literal(where.file_name(), where.line());
+    } else {
+      fp.site = site->literal() ? core::call_site_id_of_literal(site->file(), site->line())
+                                : core::call_site_id(site->file(), site->line());
+    }
+  }
   if (debug_detail_) detail_check(fp);
   WorkPtr work;
   {
@@ -77,6 +88,7 @@ WorkPtr ProcessGroup::numbered(const core::OpFingerprint& fp, Call&& call) {
       diag::register_group(weak_from_this());
     }
     recorder_->enqueued(seq, fp);
+    issuing_site_ = fp.site;
     work = call(seq);
     next_seq_.store(seq + 1, std::memory_order_release);
   }
@@ -101,44 +113,47 @@ const char* ProcessGroup::p2p_name(std::span<const P2POp> ops) {
 }
 
 WorkPtr ProcessGroup::all_reduce(const void* send, void* recv, size_t count, DType dtype,
-                                 ReduceOp op) {
+                                 ReduceOp op, std::source_location where) {
   check_bytes("all_reduce", count, dtype);
   validate(op, dtype);
   check_buffer("all_reduce", "send", send, count);
   check_buffer("all_reduce", "recv", recv, count);
-  return numbered(Fp::make(OpKind::kAllReduce, dtype, count, op.kind),
+  return numbered(Fp::make(OpKind::kAllReduce, dtype, count, op.kind), where,
                   [&](uint64_t seq) { return do_all_reduce(seq, send, recv, count, dtype, op); });
 }
 
-WorkPtr ProcessGroup::broadcast(void* data, size_t count, DType dtype, int root) {
+WorkPtr ProcessGroup::broadcast(void* data, size_t count, DType dtype, int root,
+                                std::source_location where) {
   check_root("broadcast", root, size_);
   check_bytes("broadcast", count, dtype);
   check_buffer("broadcast", "data", data, count);
-  return numbered(Fp::make(OpKind::kBroadcast, dtype, count, {}, root),
+  return numbered(Fp::make(OpKind::kBroadcast, dtype, count, {}, root), where,
                   [&](uint64_t seq) { return do_broadcast(seq, data, count, dtype, root); });
 }
 
 WorkPtr ProcessGroup::reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
-                             int root) {
+                             int root, std::source_location where) {
   check_bytes("reduce", count, dtype);
   validate(op, dtype);
   check_root("reduce", root, size_);
   check_buffer("reduce", "send", send, count);
   if (rank_ == root) check_buffer("reduce", "recv", recv, count);
-  return numbered(Fp::make(OpKind::kReduce, dtype, count, op.kind, root),
+  return numbered(Fp::make(OpKind::kReduce, dtype, count, op.kind, root), where,
                   [&](uint64_t seq) { return do_reduce(seq, send, recv, count, dtype, op, root); });
 }
 
-WorkPtr ProcessGroup::all_gather(const void* send, void* recv, size_t count, DType dtype) {
+WorkPtr ProcessGroup::all_gather(const void* send, void* recv, size_t count, DType dtype,
+                                 std::source_location where) {
   check_bytes("all_gather", count, dtype, static_cast<size_t>(size_));
   check_buffer("all_gather", "send", send, count);
   check_buffer("all_gather", "recv", recv, count);
-  return numbered(Fp::make(OpKind::kAllGather, dtype, count),
+  return numbered(Fp::make(OpKind::kAllGather, dtype, count), where,
                   [&](uint64_t seq) { return do_all_gather(seq, send, recv, count, dtype); });
 }
 
 WorkPtr ProcessGroup::all_gatherv(const void* send, size_t send_count, void* recv,
-                                  std::span<const size_t> recv_counts, DType dtype) {
+                                  std::span<const size_t> recv_counts, DType dtype,
+                                  std::source_location where) {
   TDIST_CHECK(recv_counts.size() == static_cast<size_t>(size_), InvalidArgument,
               "all_gatherv: ", recv_counts.size(), " recv counts given for a group of ", size_);
   const size_t mine = recv_counts[static_cast<size_t>(rank_)];
@@ -147,50 +162,54 @@ WorkPtr ProcessGroup::all_gatherv(const void* send, size_t send_count, void* rec
   const size_t total = checked_total("all_gatherv", "recv", recv_counts, dtype);
   check_buffer("all_gatherv", "send", send, send_count);
   check_buffer("all_gatherv", "recv", recv, total);
-  return numbered(Fp::make(OpKind::kAllGatherv, dtype, total), [&](uint64_t seq) {
+  return numbered(Fp::make(OpKind::kAllGatherv, dtype, total), where, [&](uint64_t seq) {
     return do_all_gatherv(seq, send, send_count, recv, recv_counts, dtype);
   });
 }
 
-WorkPtr ProcessGroup::gather(const void* send, void* recv, size_t count, DType dtype, int root) {
+WorkPtr ProcessGroup::gather(const void* send, void* recv, size_t count, DType dtype, int root,
+                             std::source_location where) {
   check_root("gather", root, size_);
   check_bytes("gather", count, dtype, static_cast<size_t>(size_));
   check_buffer("gather", "send", send, count);
   if (rank_ == root) check_buffer("gather", "recv", recv, count);
-  return numbered(Fp::make(OpKind::kGather, dtype, count, {}, root),
+  return numbered(Fp::make(OpKind::kGather, dtype, count, {}, root), where,
                   [&](uint64_t seq) { return do_gather(seq, send, recv, count, dtype, root); });
 }
 
-WorkPtr ProcessGroup::scatter(const void* send, void* recv, size_t count, DType dtype, int root) {
+WorkPtr ProcessGroup::scatter(const void* send, void* recv, size_t count, DType dtype, int root,
+                              std::source_location where) {
   check_root("scatter", root, size_);
   check_bytes("scatter", count, dtype, static_cast<size_t>(size_));
   check_buffer("scatter", "recv", recv, count);
   if (rank_ == root) check_buffer("scatter", "send", send, count);
-  return numbered(Fp::make(OpKind::kScatter, dtype, count, {}, root),
+  return numbered(Fp::make(OpKind::kScatter, dtype, count, {}, root), where,
                   [&](uint64_t seq) { return do_scatter(seq, send, recv, count, dtype, root); });
 }
 
 WorkPtr ProcessGroup::reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
-                                     ReduceOp op) {
+                                     ReduceOp op, std::source_location where) {
   check_bytes("reduce_scatter", count, dtype, static_cast<size_t>(size_));
   validate(op, dtype);
   check_buffer("reduce_scatter", "send", send, count);
   check_buffer("reduce_scatter", "recv", recv, count);
-  return numbered(Fp::make(OpKind::kReduceScatter, dtype, count, op.kind), [&](uint64_t seq) {
-    return do_reduce_scatter(seq, send, recv, count, dtype, op);
-  });
+  return numbered(
+      Fp::make(OpKind::kReduceScatter, dtype, count, op.kind), where,
+      [&](uint64_t seq) { return do_reduce_scatter(seq, send, recv, count, dtype, op); });
 }
 
-WorkPtr ProcessGroup::all_to_all(const void* send, void* recv, size_t count, DType dtype) {
+WorkPtr ProcessGroup::all_to_all(const void* send, void* recv, size_t count, DType dtype,
+                                 std::source_location where) {
   check_bytes("all_to_all", count, dtype, static_cast<size_t>(size_));
   check_buffer("all_to_all", "send", send, count);
   check_buffer("all_to_all", "recv", recv, count);
-  return numbered(Fp::make(OpKind::kAllToAll, dtype, count),
+  return numbered(Fp::make(OpKind::kAllToAll, dtype, count), where,
                   [&](uint64_t seq) { return do_all_to_all(seq, send, recv, count, dtype); });
 }
 
 WorkPtr ProcessGroup::all_to_allv(const void* send, std::span<const size_t> send_counts, void* recv,
-                                  std::span<const size_t> recv_counts, DType dtype) {
+                                  std::span<const size_t> recv_counts, DType dtype,
+                                  std::source_location where) {
   TDIST_CHECK(send_counts.size() == static_cast<size_t>(size_) &&
                   recv_counts.size() == static_cast<size_t>(size_),
               InvalidArgument, "all_to_allv: ", send_counts.size(), " send and ",
@@ -199,13 +218,13 @@ WorkPtr ProcessGroup::all_to_allv(const void* send, std::span<const size_t> send
                checked_total("all_to_allv", "send", send_counts, dtype));
   check_buffer("all_to_allv", "recv", recv,
                checked_total("all_to_allv", "recv", recv_counts, dtype));
-  return numbered(Fp::make(OpKind::kAllToAllv, dtype, Fp::kAnyCount), [&](uint64_t seq) {
+  return numbered(Fp::make(OpKind::kAllToAllv, dtype, Fp::kAnyCount), where, [&](uint64_t seq) {
     return do_all_to_allv(seq, send, send_counts, recv, recv_counts, dtype);
   });
 }
 
-WorkPtr ProcessGroup::barrier() {
-  return numbered(Fp::make(OpKind::kBarrier), [&](uint64_t seq) { return do_barrier(seq); });
+WorkPtr ProcessGroup::barrier(std::source_location where) {
+  return numbered(Fp::make(OpKind::kBarrier), where, [&](uint64_t seq) { return do_barrier(seq); });
 }
 
 WorkPtr ProcessGroup::isend(const void* data, size_t count, DType dtype, int dst, uint32_t tag) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "python_call_site.h"
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #endif
@@ -77,6 +78,7 @@ std::chrono::milliseconds timeout_option(const Opts& opts) {
     const bool in_call = finishes_in_call(run_now, timeout);                 \
     std::vector<::tdist::WorkPtr> works;                                     \
     {                                                                        \
+      const ::tdist::python::PythonCallSite call_site(*group());             \
       std::optional<::tdist::torch::CallerWaits> waits;                      \
       if (in_call) waits.emplace();                                          \
       __VA_ARGS__;                                                           \

@@ -51,7 +51,9 @@ void check_pairs(const char* op, const std::vector<Tensor>& outputs,
 
 }  // namespace
 
-WorkPtr all_reduce_coalesced_async(const std::vector<Tensor>& tensors, ReduceOp op, Group group) {
+WorkPtr all_reduce_coalesced_async(const std::vector<Tensor>& tensors, ReduceOp op, Group group,
+                                   std::source_location where) {
+  const CallSite site(where);
   constexpr const char* kOp = "all_reduce_coalesced";
   auto pg = group.resolve(kOp);
   const DType dtype = check_one_dtype(kOp, "tensors", tensors);
@@ -71,7 +73,9 @@ WorkPtr all_reduce_coalesced_async(const std::vector<Tensor>& tensors, ReduceOp 
 }
 
 WorkPtr all_gather_coalesced_async(const std::vector<std::vector<Tensor>>& outputs,
-                                   const std::vector<Tensor>& inputs, Group group) {
+                                   const std::vector<Tensor>& inputs, Group group,
+                                   std::source_location where) {
+  const CallSite site(where);
   constexpr const char* kOp = "all_gather_coalesced";
   auto pg = group.resolve(kOp);
   const DType dtype = check_one_dtype(kOp, "inputs", inputs);
@@ -91,7 +95,9 @@ WorkPtr all_gather_coalesced_async(const std::vector<std::vector<Tensor>>& outpu
 }
 
 WorkPtr all_gather_into_tensor_coalesced_async(const std::vector<Tensor>& outputs,
-                                               const std::vector<Tensor>& inputs, Group group) {
+                                               const std::vector<Tensor>& inputs, Group group,
+                                               std::source_location where) {
+  const CallSite site(where);
   constexpr const char* kOp = "all_gather_into_tensor_coalesced";
   auto pg = group.resolve(kOp);
   const DType dtype = check_one_dtype(kOp, "inputs", inputs);
@@ -126,7 +132,8 @@ WorkPtr all_gather_into_tensor_coalesced_async(const std::vector<Tensor>& output
 
 WorkPtr reduce_scatter_tensor_coalesced_async(const std::vector<Tensor>& outputs,
                                               const std::vector<Tensor>& inputs, ReduceOp op,
-                                              Group group) {
+                                              Group group, std::source_location where) {
+  const CallSite site(where);
   constexpr const char* kOp = "reduce_scatter_tensor_coalesced";
   auto pg = group.resolve(kOp);
   const DType dtype = check_one_dtype(kOp, "inputs", inputs);
@@ -146,7 +153,8 @@ WorkPtr reduce_scatter_tensor_coalesced_async(const std::vector<Tensor>& outputs
                 [&] { return pg->reduce_scatter(send, recv, count, dtype, op); });
 }
 
-Tensor all_reduce_sparse(const Tensor& tensor, Group group) {
+Tensor all_reduce_sparse(const Tensor& tensor, Group group, std::source_location where) {
+  const CallSite site(where);
   constexpr const char* kOp = "all_reduce_sparse";
   auto pg = group.resolve(kOp);
   TDIST_CHECK(tensor.defined() && tensor.layout() == ::torch::kSparse, InvalidArgument, kOp,

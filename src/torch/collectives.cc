@@ -98,7 +98,9 @@ std::shared_ptr<ProcessGroup> Group::resolve(const char* op) const {
 
 // ---- collectives ----------------------------------------------------------------------
 
-WorkPtr all_reduce_async(const Tensor& tensor, ReduceOp op, Group group) {
+WorkPtr all_reduce_async(const Tensor& tensor, ReduceOp op, Group group,
+                         std::source_location where) {
+  const CallSite site(where);
   constexpr const char* kOp = "all_reduce";
   auto pg = group.resolve(kOp);
   const auto shape = shape_detail(*pg, tensor);
@@ -109,7 +111,8 @@ WorkPtr all_reduce_async(const Tensor& tensor, ReduceOp op, Group group) {
                 [&] { return pg->all_reduce(data, data, count_of(tensor), dtype, op); });
 }
 
-WorkPtr broadcast_async(const Tensor& tensor, int src, Group group) {
+WorkPtr broadcast_async(const Tensor& tensor, int src, Group group, std::source_location where) {
+  const CallSite site(where);
   constexpr const char* kOp = "broadcast";
   auto pg = group.resolve(kOp);
   const auto shape = shape_detail(*pg, tensor);
@@ -123,7 +126,9 @@ WorkPtr broadcast_async(const Tensor& tensor, int src, Group group) {
                 [&] { return pg->broadcast(data, count_of(tensor), dtype, src); });
 }
 
-WorkPtr reduce_async(const Tensor& tensor, int dst, ReduceOp op, Group group) {
+WorkPtr reduce_async(const Tensor& tensor, int dst, ReduceOp op, Group group,
+                     std::source_location where) {
+  const CallSite site(where);
   constexpr const char* kOp = "reduce";
   auto pg = group.resolve(kOp);
   const auto shape = shape_detail(*pg, tensor);
@@ -140,7 +145,9 @@ WorkPtr reduce_async(const Tensor& tensor, int dst, ReduceOp op, Group group) {
                 [&] { return pg->reduce(send, nullptr, count_of(tensor), dtype, op, dst); });
 }
 
-WorkPtr all_gather_async(const std::vector<Tensor>& outputs, const Tensor& input, Group group) {
+WorkPtr all_gather_async(const std::vector<Tensor>& outputs, const Tensor& input, Group group,
+                         std::source_location where) {
+  const CallSite site(where);
   constexpr const char* kOp = "all_gather";
   auto pg = group.resolve(kOp);
   const auto shape = shape_detail(*pg, input);
@@ -153,7 +160,9 @@ WorkPtr all_gather_async(const std::vector<Tensor>& outputs, const Tensor& input
                 [&] { return pg->all_gather(send, recv, count_of(input), dtype); });
 }
 
-WorkPtr all_gather_into_tensor_async(const Tensor& output, const Tensor& input, Group group) {
+WorkPtr all_gather_into_tensor_async(const Tensor& output, const Tensor& input, Group group,
+                                     std::source_location where) {
+  const CallSite site(where);
   constexpr const char* kOp = "all_gather_into_tensor";
   auto pg = group.resolve(kOp);
   const auto shape = shape_detail(*pg, input);
@@ -173,7 +182,8 @@ WorkPtr all_gather_into_tensor_async(const Tensor& output, const Tensor& input, 
 }
 
 WorkPtr gather_async(const Tensor& input, const std::vector<Tensor>& gather_list, int dst,
-                     Group group) {
+                     Group group, std::source_location where) {
+  const CallSite site(where);
   constexpr const char* kOp = "gather";
   auto pg = group.resolve(kOp);
   const auto shape = shape_detail(*pg, input);
@@ -193,7 +203,8 @@ WorkPtr gather_async(const Tensor& input, const std::vector<Tensor>& gather_list
 }
 
 WorkPtr scatter_async(const Tensor& output, const std::vector<Tensor>& scatter_list, int src,
-                      Group group) {
+                      Group group, std::source_location where) {
+  const CallSite site(where);
   constexpr const char* kOp = "scatter";
   auto pg = group.resolve(kOp);
   const auto shape = shape_detail(*pg, output);
@@ -213,7 +224,8 @@ WorkPtr scatter_async(const Tensor& output, const std::vector<Tensor>& scatter_l
 }
 
 WorkPtr reduce_scatter_async(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
-                             Group group) {
+                             Group group, std::source_location where) {
+  const CallSite site(where);
   constexpr const char* kOp = "reduce_scatter";
   auto pg = group.resolve(kOp);
   const auto shape = shape_detail(*pg, output);
@@ -227,7 +239,8 @@ WorkPtr reduce_scatter_async(const Tensor& output, const std::vector<Tensor>& in
 }
 
 WorkPtr reduce_scatter_tensor_async(const Tensor& output, const Tensor& input, ReduceOp op,
-                                    Group group) {
+                                    Group group, std::source_location where) {
+  const CallSite site(where);
   constexpr const char* kOp = "reduce_scatter_tensor";
   auto pg = group.resolve(kOp);
   const auto shape = shape_detail(*pg, output);
@@ -249,7 +262,8 @@ WorkPtr reduce_scatter_tensor_async(const Tensor& output, const Tensor& input, R
 }
 
 WorkPtr all_to_all_async(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
-                         Group group) {
+                         Group group, std::source_location where) {
+  const CallSite site(where);
   constexpr const char* kOp = "all_to_all";
   auto pg = group.resolve(kOp);
   TDIST_CHECK(!inputs.empty(), InvalidArgument, kOp,
@@ -278,7 +292,9 @@ WorkPtr all_to_all_async(const std::vector<Tensor>& outputs, const std::vector<T
 
 WorkPtr all_to_all_single_async(const Tensor& output, const Tensor& input,
                                 const std::vector<int64_t>& output_split_sizes,
-                                const std::vector<int64_t>& input_split_sizes, Group group) {
+                                const std::vector<int64_t>& input_split_sizes, Group group,
+                                std::source_location where) {
+  const CallSite site(where);
   constexpr const char* kOp = "all_to_all_single";
   auto pg = group.resolve(kOp);
   const DType dtype = check_tensor(kOp, "input", input);
@@ -352,58 +368,76 @@ WorkPtr irecv_any(const Tensor& tensor, Group group, uint32_t tag) {
                 [&] { return pg->irecv_any(data, count_of(tensor), dtype, tag); });
 }
 
-WorkPtr barrier_async(Group group) {
+WorkPtr barrier_async(Group group, std::source_location where) {
+  const CallSite site(where);
   auto pg = group.resolve("barrier");
   return launch("barrier", Staging{}, [&] { return pg->barrier(); });
 }
 
 // ---- blocking forms (CallerWaits: the async form finishes before it returns) ----------
 
-void all_reduce(const Tensor& tensor, ReduceOp op, Group group) {
+void all_reduce(const Tensor& tensor, ReduceOp op, Group group, std::source_location where) {
+  const CallSite site(where);
   CallerWaits waits;
   all_reduce_async(tensor, op, std::move(group))->wait();
 }
-void broadcast(const Tensor& tensor, int src, Group group) {
+void broadcast(const Tensor& tensor, int src, Group group, std::source_location where) {
+  const CallSite site(where);
   CallerWaits waits;
   broadcast_async(tensor, src, std::move(group))->wait();
 }
-void reduce(const Tensor& tensor, int dst, ReduceOp op, Group group) {
+void reduce(const Tensor& tensor, int dst, ReduceOp op, Group group, std::source_location where) {
+  const CallSite site(where);
   CallerWaits waits;
   reduce_async(tensor, dst, op, std::move(group))->wait();
 }
-void all_gather(const std::vector<Tensor>& outputs, const Tensor& input, Group group) {
+void all_gather(const std::vector<Tensor>& outputs, const Tensor& input, Group group,
+                std::source_location where) {
+  const CallSite site(where);
   CallerWaits waits;
   all_gather_async(outputs, input, std::move(group))->wait();
 }
-void all_gather_into_tensor(const Tensor& output, const Tensor& input, Group group) {
+void all_gather_into_tensor(const Tensor& output, const Tensor& input, Group group,
+                            std::source_location where) {
+  const CallSite site(where);
   CallerWaits waits;
   all_gather_into_tensor_async(output, input, std::move(group))->wait();
 }
-void gather(const Tensor& input, const std::vector<Tensor>& gather_list, int dst, Group group) {
+void gather(const Tensor& input, const std::vector<Tensor>& gather_list, int dst, Group group,
+            std::source_location where) {
+  const CallSite site(where);
   CallerWaits waits;
   gather_async(input, gather_list, dst, std::move(group))->wait();
 }
-void scatter(const Tensor& output, const std::vector<Tensor>& scatter_list, int src, Group group) {
+void scatter(const Tensor& output, const std::vector<Tensor>& scatter_list, int src, Group group,
+             std::source_location where) {
+  const CallSite site(where);
   CallerWaits waits;
   scatter_async(output, scatter_list, src, std::move(group))->wait();
 }
 void reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
-                    Group group) {
+                    Group group, std::source_location where) {
+  const CallSite site(where);
   CallerWaits waits;
   reduce_scatter_async(output, inputs, op, std::move(group))->wait();
 }
-void reduce_scatter_tensor(const Tensor& output, const Tensor& input, ReduceOp op, Group group) {
+void reduce_scatter_tensor(const Tensor& output, const Tensor& input, ReduceOp op, Group group,
+                           std::source_location where) {
+  const CallSite site(where);
   CallerWaits waits;
   reduce_scatter_tensor_async(output, input, op, std::move(group))->wait();
 }
-void all_to_all(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
-                Group group) {
+void all_to_all(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs, Group group,
+                std::source_location where) {
+  const CallSite site(where);
   CallerWaits waits;
   all_to_all_async(outputs, inputs, std::move(group))->wait();
 }
 void all_to_all_single(const Tensor& output, const Tensor& input,
                        const std::vector<int64_t>& output_split_sizes,
-                       const std::vector<int64_t>& input_split_sizes, Group group) {
+                       const std::vector<int64_t>& input_split_sizes, Group group,
+                       std::source_location where) {
+  const CallSite site(where);
   CallerWaits waits;
   all_to_all_single_async(output, input, output_split_sizes, input_split_sizes, std::move(group))
       ->wait();
@@ -422,7 +456,8 @@ int recv_any(const Tensor& tensor, Group group, uint32_t tag) {
   work->wait();
   return work->source_rank();
 }
-void barrier(Group group) {
+void barrier(Group group, std::source_location where) {
+  const CallSite site(where);
   CallerWaits waits;
   barrier_async(std::move(group))->wait();
 }

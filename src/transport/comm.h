@@ -169,6 +169,12 @@ class Comm {
   // an earlier collective that it finished without receiving it. Comms that do not check
   // ignore it.
   virtual void begin_collective(uint64_t /*seq*/, const tdist::core::OpFingerprint& /*fp*/) {}
+  // For the end of a collective in which this rank only sent (a broadcast's or a scatter's
+  // root): reads what has arrived already, without waiting, so that a peer's message of the
+  // same collective whose fingerprint differs (it named another root) is a DesyncError now,
+  // not at the next collective. Throws the Comm's abort reason. Comms that do not check
+  // ignore it.
+  virtual void check_arrivals() {}
 
   // Fails every pending and later request with `reason` (PeerError when null) and tells
   // the peers, so that they abort too. Idempotent; the first reason wins.

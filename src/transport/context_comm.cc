@@ -143,6 +143,11 @@ void ContextComm::begin_collective(uint64_t seq, const tdist::core::OpFingerprin
   engine_.begin_context_collective(context_, seq, fp);
 }
 
+void ContextComm::check_arrivals() {
+  engine_.read_arrivals();
+  if (std::exception_ptr failed = error()) std::rethrow_exception(failed);
+}
+
 void ContextComm::abort(std::exception_ptr reason) {
   if (!reason) {
     reason = std::make_exception_ptr(

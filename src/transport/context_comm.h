@@ -59,6 +59,7 @@ class ContextComm final : public Comm {
   RequestPtr irecv_any(uint64_t tag, void* data, size_t bytes) override;
   RequestPtr irecv_any_device(uint64_t tag, void* data, size_t bytes) override;
   void begin_collective(uint64_t seq, const tdist::core::OpFingerprint& fp) override;
+  void check_arrivals() override;
   void abort(std::exception_ptr reason) override;
   std::exception_ptr error() const override;
 

@@ -8,6 +8,7 @@
 //  - abort() on one rank fails the others' pending operation with PeerError quickly.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <string>
@@ -161,6 +162,15 @@ TEST(MismatchTest, AllReduceCounts10And20) {
       "rank 0 called all_reduce #0 f32 x10 sum", "rank 1 called all_reduce #0 f32 x20 sum");
 }
 
+TEST(MismatchTest, AllReduceCounts1KiAnd2Ki) {
+  expect_desync(
+      4 * 2048,
+      [](int rank, ProcessGroup& pg, Buffer& x, Buffer&) {
+        return pg.all_reduce(x.data(), rank == 0 ? 1024 : 2048, DType::kF32);
+      },
+      "rank 0 called all_reduce #0 f32 x1024 sum", "rank 1 called all_reduce #0 f32 x2048 sum");
+}
+
 // The larger side used to wait for the group timeout while the smaller one "succeeded".
 TEST(MismatchTest, AllReduceCounts1MAnd2M) {
   expect_desync(
@@ -218,6 +228,87 @@ TEST(MismatchTest, BroadcastRootsFailAtTheNextCollective) {
         return pg.broadcast(x.data(), 500, DType::kI32, rank);
       },
       "broadcast #0 i32 x500 root 0", "broadcast #0 i32 x500 root 1", /*first_may_succeed=*/true);
+}
+
+// The same, and the broadcast itself fails on one rank at least: a root that only sent
+// reads what has arrived before it returns (Comm::check_arrivals), and of two roots the one
+// that sent last finds the other's message there. At 1 Ki and 1 Mi elements; scatter too.
+void expect_root_named_at_the_call(bool scatter, size_t count) {
+  ThreadWorld world(2, kLongTimeout);
+  ASSERT_TRUE(world.ok());
+  std::atomic<int> failed_at_the_call{0};
+  world.run([&](int rank, ProcessGroup& pg) {
+    std::vector<int32_t> x(2 * count, rank);
+    std::vector<int32_t> y(count);
+    const auto start = Clock::now();
+    std::exception_ptr error;
+    try {
+      (scatter ? pg.scatter(x.data(), y.data(), count, DType::kI32, rank)
+               : pg.broadcast(x.data(), count, DType::kI32, rank))
+          ->wait(Deadline::after(kDetectWithin));
+    } catch (...) {
+      error = std::current_exception();
+      failed_at_the_call += 1;
+    }
+    if (error == nullptr) {
+      try {
+        pg.barrier()->wait(Deadline::after(kDetectWithin));
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    const auto elapsed = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
+    ASSERT_TRUE(is_a<DesyncError>(error)) << "rank " << rank << ": got " << describe(error);
+    const std::string text = describe(error);
+    const std::string op = std::string(scatter ? "scatter" : "broadcast") + " #0 i32 x" +
+                           std::to_string(count) + " root ";
+    EXPECT_NE(text.find("rank 0 called " + op + "0"), std::string::npos) << text;
+    EXPECT_NE(text.find("rank 1 called " + op + "1"), std::string::npos) << text;
+    EXPECT_LE(elapsed, kDetectWithin) << "rank " << rank << ": " << text;
+  });
+  EXPECT_GE(failed_at_the_call.load(), 1);
+}
+
+TEST(MismatchTest, BroadcastRootsAreNamedAtTheBroadcast1Ki) {
+  expect_root_named_at_the_call(/*scatter=*/false, 1024);
+}
+TEST(MismatchTest, BroadcastRootsAreNamedAtTheBroadcast1Mi) {
+  expect_root_named_at_the_call(/*scatter=*/false, size_t{1} << 20);
+}
+TEST(MismatchTest, ScatterRootsAreNamedAtTheScatter) {
+  expect_root_named_at_the_call(/*scatter=*/true, 1024);
+}
+
+// Each rank names itself the root of a reduce (or gather): both wait to receive, nobody
+// sends. The waiting receive probes its peer after a second (Engine::kProbeAfter), and the
+// peer, in the same collective under another root, names the desync.
+TEST(MismatchTest, ReduceRootsBothWaitingAreNamed) {
+  expect_desync(
+      4 * 1024,
+      [](int rank, ProcessGroup& pg, Buffer& x, Buffer& y) {
+        return pg.reduce(x.data(), y.data(), 1024, DType::kI32, ReduceOpKind::kSum, rank);
+      },
+      "rank 0 called reduce #0 i32 x1024 sum root 0",
+      "rank 1 called reduce #0 i32 x1024 sum root 1");
+}
+
+TEST(MismatchTest, ReduceRootsBothWaitingAreNamed1Mi) {
+  expect_desync(
+      4 << 20,
+      [](int rank, ProcessGroup& pg, Buffer& x, Buffer& y) {
+        return pg.reduce(x.data(), y.data(), 1 << 20, DType::kI32, ReduceOpKind::kSum, rank);
+      },
+      "rank 0 called reduce #0 i32 x1048576 sum root 0",
+      "rank 1 called reduce #0 i32 x1048576 sum root 1");
+}
+
+TEST(MismatchTest, GatherRootsBothWaitingAreNamed) {
+  expect_desync(
+      4 * 2 * 256,
+      [](int rank, ProcessGroup& pg, Buffer& x, Buffer& y) {
+        return pg.gather(x.data(), y.data(), 256, DType::kI32, rank);
+      },
+      "rank 0 called gather #0 i32 x256 root 0", "rank 1 called gather #0 i32 x256 root 1");
 }
 
 TEST(MismatchTest, AllReduceAgainstBroadcast) {

@@ -71,8 +71,11 @@ TEST(DebugDetail, ADifferentReduceOpIsADesyncErrorOnEveryRankAndTheGroupGoesOn) 
     ASSERT_NE(errors[static_cast<size_t>(r)], nullptr) << "rank " << r;
     EXPECT_TRUE(is_desync(errors[static_cast<size_t>(r)])) << what(errors[static_cast<size_t>(r)]);
     const std::string text = what(errors[static_cast<size_t>(r)]);
-    EXPECT_NE(text.find("rank 0 called all_reduce #0 i32 x8 max; rank 1 called all_reduce #0 i32 "
-                        "x8 sum"),
+    // detail includes callsite: both sides name their line.
+    EXPECT_NE(text.find("rank 0 called all_reduce #0 i32 x8 max at debug_detail_test.cc:"),
+              std::string::npos)
+        << text;
+    EXPECT_NE(text.find("; rank 1 called all_reduce #0 i32 x8 sum at debug_detail_test.cc:"),
               std::string::npos)
         << text;
     EXPECT_NE(text.find("TDIST_DEBUG=detail"), std::string::npos) << text;
@@ -100,8 +103,13 @@ TEST(DebugDetail, WhatTheCallerAddsJoinsTheFingerprint) {
   for (int r = 0; r < 2; ++r) {
     const std::string text = what(errors[static_cast<size_t>(r)]);
     EXPECT_TRUE(is_desync(errors[static_cast<size_t>(r)])) << text;
-    EXPECT_NE(text.find("rank 0 called broadcast #0 f32 x1024 root 0 shape [32, 32]; rank 1 "
-                        "called broadcast #0 f32 x1024 root 0 shape [1024]"),
+    // The call site (detail includes callsite) comes last.
+    EXPECT_NE(text.find("rank 0 called broadcast #0 f32 x1024 root 0 shape [32, 32] at "
+                        "debug_detail_test.cc:"),
+              std::string::npos)
+        << text;
+    EXPECT_NE(text.find("; rank 1 called broadcast #0 f32 x1024 root 0 shape [1024] at "
+                        "debug_detail_test.cc:"),
               std::string::npos)
         << text;
   }
@@ -120,10 +128,10 @@ TEST(DebugDetail, ARankThatNeverCallsIsNamedByTheTimeout) {
     try {
       std::rethrow_exception(errors[static_cast<size_t>(r)]);
     } catch (const TimeoutError& e) {
-      EXPECT_NE(
-          std::string(e.what()).find("check of barrier #0: not called within 300 ms by rank 2"),
-          std::string::npos)
-          << e.what();
+      const std::string text = e.what();
+      EXPECT_NE(text.find("check of barrier #0 at debug_detail_test.cc:"), std::string::npos)
+          << text;
+      EXPECT_NE(text.find(": not called within 300 ms by rank 2"), std::string::npos) << text;
     } catch (const std::exception& e) {
       ADD_FAILURE() << "rank " << r << ": not a TimeoutError: " << e.what();
     }

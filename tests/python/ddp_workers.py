@@ -2,6 +2,7 @@
 
 import os
 import signal
+import sys
 import time
 
 import torch
@@ -82,6 +83,29 @@ def sigkill_mid_all_reduce(rank, world, init, engine, stamp):
         took = time.time() - float(open(stamp).read())
         return {"error": type(e).__name__, "message": str(e), "seconds": took,
                 "is_dist_backend_error": isinstance(e, DIST_BACKEND_ERROR)}
+
+
+def skipped_call_in_loop(rank, world, init, engine):
+    """Rank 1 skips one all_reduce of a loop, under TDIST_DEBUG=callsite."""
+    os.environ["TDIST_ENGINE"] = engine
+    os.environ["TDIST_DEBUG"] = "callsite"
+    from datetime import timedelta
+    dist.init_process_group("tdist", init_method=init, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=20))
+    t = torch.ones(4)
+    lines = {}
+    start = time.time()
+    try:
+        for step in range(3):
+            if rank != 1 or step != 1:
+                lines["first"] = sys._getframe().f_lineno + 1
+                dist.all_reduce(t)
+            lines["second"] = sys._getframe().f_lineno + 1
+            dist.all_reduce(t)
+        return {"error": None}
+    except Exception as e:  # noqa: BLE001 - the type is what the test checks
+        return {"error": type(e).__name__, "message": str(e), "seconds": time.time() - start,
+                "lines": lines}
 
 
 def device_errors(rank, world, init):

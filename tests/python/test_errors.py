@@ -1,12 +1,13 @@
 """Errors reach Python as exceptions, not hangs."""
 
 import os
+import re
 import tempfile
 
 import pytest
 import torch
 
-from ddp_workers import device_errors, sigkill_mid_all_reduce
+from ddp_workers import device_errors, sigkill_mid_all_reduce, skipped_call_in_loop
 from harness import run_ranks
 
 
@@ -20,6 +21,19 @@ def test_sigkill_mid_all_reduce_raises_within_5s(engine):
     for r in results[:2]:
         assert r["error"] is not None, "the survivors kept going without the dead rank"
         assert r["is_dist_backend_error"], r
+        assert r["seconds"] < 5.0, r
+
+
+@pytest.mark.parametrize("engine", ["tcp", "shm"])
+def test_a_skipped_call_is_named_by_both_lines_under_callsite(engine):
+    results, codes = run_ranks(skipped_call_in_loop, 2, timeout=60, engine=engine)
+    assert codes == [0, 0]
+    first, second = results[0]["lines"]["first"], results[1]["lines"]["second"]
+    expected = (rf"rank 0 called all_reduce #\d+ f32 x4 sum at ddp_workers.py:{first}; "
+                rf"rank 1 called all_reduce #\d+ f32 x4 sum at ddp_workers.py:{second}")
+    for r in results:
+        assert r["error"] is not None, "the ranks went on past the skipped call"
+        assert re.search(expected, r["message"]), r["message"]
         assert r["seconds"] < 5.0, r
 
 

@@ -39,8 +39,13 @@ TEST(DebugDetail, SameCountOtherShapeIsADesyncErrorNamingBothShapes) {
   });
   for (int r = 0; r < 2; ++r) {
     const std::string text = desync_text(errors[static_cast<size_t>(r)]);
-    EXPECT_NE(text.find("rank 0 called all_reduce #0 f32 x1024 sum shape [32, 32]; rank 1 called "
-                        "all_reduce #0 f32 x1024 sum shape [1024]"),
+    // detail includes the call site, last: both ranks called from one line here.
+    EXPECT_NE(text.find("rank 0 called all_reduce #0 f32 x1024 sum shape [32, 32] at "
+                        "debug_detail_test.cc:"),
+              std::string::npos)
+        << "rank " << r << ": " << text;
+    EXPECT_NE(text.find("; rank 1 called all_reduce #0 f32 x1024 sum shape [1024] at "
+                        "debug_detail_test.cc:"),
               std::string::npos)
         << "rank " << r << ": " << text;
   }
@@ -66,8 +71,11 @@ TEST(DebugDetail, TheShapesOfBroadcastAndScatterAreCompared) {
   });
   for (int r = 0; r < 2; ++r) {
     const std::string text = desync_text(errors[static_cast<size_t>(r)]);
-    EXPECT_NE(text.find("called broadcast #0 f32 x12 root 0 shape [6, 2]; rank 1 called broadcast "
-                        "#0 f32 x12 root 0 shape [3, 4]"),
+    EXPECT_NE(text.find("called broadcast #0 f32 x12 root 0 shape [6, 2] at debug_detail_test.cc:"),
+              std::string::npos)
+        << text;
+    EXPECT_NE(text.find("; rank 1 called broadcast #0 f32 x12 root 0 shape [3, 4] at "
+                        "debug_detail_test.cc:"),
               std::string::npos)
         << text;
   }
@@ -80,7 +88,9 @@ TEST(DebugDetail, TheShapesOfBroadcastAndScatterAreCompared) {
   });
   for (int r = 0; r < 2; ++r) {
     const std::string text = desync_text(errors[static_cast<size_t>(r)]);
-    EXPECT_NE(text.find("shape [2, 3]; rank 1 called scatter #0 f32 x6 root 0 shape [6]"),
+    EXPECT_NE(text.find("shape [2, 3] at debug_detail_test.cc:"), std::string::npos) << text;
+    EXPECT_NE(text.find("; rank 1 called scatter #0 f32 x6 root 0 shape [6] at "
+                        "debug_detail_test.cc:"),
               std::string::npos)
         << text;
   }

@@ -122,7 +122,9 @@ WorkPtr CommProcessGroup::enqueue(uint64_t seq, const core::OpFingerprint& fp, R
   // One block from this thread's cache: the Work holds the operation (a std::function
   // over a reference stores it in place).
   if (device_) device_->order_after_caller();  // on the caller's thread (comm_device.h)
-  auto call = [this, fp, run = std::move(run)](uint64_t n, pg::QueuedWork& work) {
+  core::OpFingerprint checked = fp;
+  checked.site = issuing_site();  // TDIST_DEBUG=callsite's, else 0
+  auto call = [this, fp = checked, run = std::move(run)](uint64_t n, pg::QueuedWork& work) {
     execute(n, fp, work, std::cref(run));
   };
   using Call = pg::QueuedCall<decltype(call)>;
@@ -164,6 +166,8 @@ void CommProcessGroup::execute(uint64_t seq, const core::OpFingerprint& fp, pg::
       ctx.device = device_->ops();
     }
     run(ctx);
+    // A root that only sent: a peer that named another root sent to it too (comm.h).
+    if (fp.root == rank()) comm_->check_arrivals();
     if (device_) work.set_cuda_event(device_->complete());
     note_finished(seq, nullptr, algorithm());
     work.finish();

@@ -200,6 +200,22 @@ void Engine::begin_context_collective(uint32_t context, uint64_t seq,
   }
 }
 
+void Engine::read_arrivals() {
+  DriverLease lease(*this);
+  if (!lease.held()) return;  // the driver reads them
+  Progress progress = progress_pass();
+  // What a socket holds shows through poll() (tcp's readable flag): one look without
+  // waiting, then read what it showed.
+  (void)sleep(Deadline::after(Clock::duration::zero()));
+  progress += progress_pass();
+  if (progress.completed > 0) notify_waiters();
+}
+
+void Engine::check_arrivals() {
+  read_arrivals();
+  if (has_error_.load(std::memory_order_acquire)) std::rethrow_exception(error());
+}
+
 void Engine::open_context(uint32_t context, std::vector<int> ranks) {
   TDIST_CHECK(context >= 1 && context <= kMaxContext, InvalidArgument, "transport: context ",
               context, " is outside 1..", kMaxContext);
@@ -273,6 +289,25 @@ void Engine::cancel(Op& op) {
 }
 
 bool Engine::wait_for(const Op& op, Deadline deadline) {
+  // A collective receive that has waited kProbeAfter asks its peer, once, whether it runs
+  // the same collective (wire.h's kProbeTag): of two ranks that both wait to receive, each
+  // naming itself the root of a reduce or gather, the probe names the desync at once,
+  // where both would otherwise wait until the timeout.
+  if (!op.is_send && op.peer != kAnySource && op.check().w0 != 0 && !is_control_tag(op.tag) &&
+      !is_p2p_tag(op.tag) && !op.probed.load(std::memory_order_relaxed)) {
+    const Deadline probe_at = Deadline::after(kProbeAfter);
+    if (deadline.is_never() || probe_at.time() < deadline.time()) {
+      if (wait_unprobed(op, probe_at)) return true;
+      if (!op.probed.exchange(true)) {
+        peers_[static_cast<size_t>(op.peer)]->send_probe(op.tag, op.check());
+        wake_driver();
+      }
+    }
+  }
+  return wait_unprobed(op, deadline);
+}
+
+bool Engine::wait_unprobed(const Op& op, Deadline deadline) {
   while (!op.done()) {
     {
       DriverLease lease(*this);

@@ -36,6 +36,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -69,9 +70,13 @@ class Engine final : public Comm {
   RequestPtr irecv_any(uint64_t tag, void* data, size_t bytes) override;
   RequestPtr irecv_any_device(uint64_t tag, void* data, size_t bytes) override;
   void begin_collective(uint64_t seq, const tdist::core::OpFingerprint& fp) override;
+  void check_arrivals() override;
   void abort(std::exception_ptr reason) override;
   std::exception_ptr error() const override;
 
+  // One progress pass unless another thread drives: reads what has arrived (check_arrivals
+  // without the throw; a ContextComm's check_arrivals).
+  void read_arrivals();
   // Collective `seq` of context `context` (comm.h; a ContextComm's begin_collective).
   void begin_context_collective(uint32_t context, uint64_t seq,
                                 const tdist::core::OpFingerprint& fp);
@@ -96,8 +101,10 @@ class Engine final : public Comm {
   // activate) before the pair's first exchange; false for this rank.
   bool connected(int peer) const;
 
-  // For CoreRequest. wait_for returns false when `deadline` passed first.
+  // For CoreRequest. wait_for returns false when `deadline` passed first. A collective
+  // receive still waiting after kProbeAfter probes its peer once (wire.h's kProbeTag).
   bool wait_for(const Op& op, Deadline deadline);
+  static constexpr std::chrono::milliseconds kProbeAfter{1000};
   // Drives progress for `op` without sleeping, unless another thread drives already.
   void try_progress(const Op& op);
   void cancel(Op& op);
@@ -116,6 +123,7 @@ class Engine final : public Comm {
   // Wakes whoever waits for the `progress.completed` Ops that another thread completed.
   void completed_elsewhere(const Progress& progress);
   // The driver's loop: progress, else sleep, until done() or the deadline (false then).
+  bool wait_unprobed(const Op& op, Deadline deadline);  // wait_for without the probe
   template <typename Done>
   bool drive(Done done, Deadline deadline);
   Progress progress_pass();

@@ -96,6 +96,8 @@ class Op {
   // Point-to-point receives: the order they were posted in, across every peer (any_source.h),
   // which decides between a receive of one source and one of any.
   uint64_t post_seq = 0;
+  // A collective receive whose wait sent its peer a probe (wire.h's kProbeTag): once only.
+  mutable std::atomic<bool> probed{false};
 
   const DeviceDescriptor& device_descriptor() const {
     return *reinterpret_cast<const DeviceDescriptor*>(

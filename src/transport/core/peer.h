@@ -133,6 +133,10 @@ class Peer {
   // unexpected although its collective is finished here, or whose fingerprint differs from
   // the running collective's (collective_book.h); "" if none.
   std::string find_desync();
+  // Tells the peer that this rank's receive of collective message `tag` waits, under
+  // fingerprint `check` (wire.h's kProbeTag); written by the next flush. Nothing once the
+  // peer is gone or a send failed.
+  void send_probe(uint64_t tag, Check check) TDIST_EXCLUDES(send_mu_);
   // Withdraws a pending Op whose Request is being destroyed (op.h). A device send cannot
   // outlive its buffer: its cancel returns the lost message that aborts the Comm.
   std::string cancel(Op& op);
@@ -219,7 +223,7 @@ class Peer {
   // The message being read on a lane: header parsed, payload still arriving. Besides
   // data (and abort notices, into `control`), a rendezvous descriptor, the id that heads
   // a kRvDataTag frame, or a reply's id is read into `words`.
-  enum class Reading : uint8_t { kData, kRvRequest, kRvDataId, kRvReply };
+  enum class Reading : uint8_t { kData, kRvRequest, kRvDataId, kRvReply, kProbe };
   struct Incoming {
     bool active = false;
     Reading reading = Reading::kData;
@@ -320,6 +324,9 @@ class Peer {
   // The desync report for a checked message without a receive: of a finished collective, or
   // of the running one with another fingerprint; "" when it may still be received.
   std::string judge(uint64_t tag, Check theirs) const;
+  // The desync report for the peer's probe (wire.h): this rank runs collective `tag` under
+  // another fingerprint than the peer's `theirs`; "" otherwise (behind, ahead, agreeing).
+  std::string judge_probe(uint64_t tag, Check theirs) const;
   void forget_locked(const Unexpected& u) TDIST_REQUIRES(recv_mu_);  // it leaves unexpected_
   std::string out_of_memory(size_t bytes) const;  // the lost message for a failed buffer
   // lost(reason), with `op` (a receive held nowhere fail_all looks: taken from posted_ or

@@ -171,6 +171,15 @@ std::string Peer::judge(uint64_t tag, Check theirs) const {
   return kDesyncMark + mismatch_text(tag, view.running, theirs);
 }
 
+std::string Peer::judge_probe(uint64_t tag, Check theirs) const {
+  if (is_control_tag(tag) || is_p2p_tag(tag) || book_.closed(tag)) return {};
+  const CollectiveBook::View view = book_.view(tag);
+  if (view.finished || tdist::core::fingerprints_agree(view.running, theirs)) return {};
+  return kDesyncMark + mismatch_text(tag, view.running, theirs) +
+         detail::str_cat(" (rank ", rank_, " waits to receive in it, and so does rank ", self_rank_,
+                         ")");
+}
+
 std::string Peer::mismatch_text(uint64_t tag, Check mine, Check theirs) const {
   const uint64_t seq = CollectiveBook::tag_seq(tag);
   return desync_text(self_rank_, tdist::core::OpFingerprint::decode(mine).describe(seq), rank_,

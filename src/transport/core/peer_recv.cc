@@ -204,8 +204,9 @@ std::string Peer::start_message_locked(size_t lane_index, const WireHeader& head
       (tag == kContextAbortTag &&
        (bytes < sizeof(uint64_t) || bytes > sizeof(uint64_t) + kMaxAbortReasonBytes)) ||
       (tag == kRvDataTag && bytes < sizeof(uint64_t)) ||
+      (tag == kProbeTag && bytes != kProbeBytes) ||
       (control && tag != kAbortTag && tag != kRvReadyTag && tag != kRvDoneTag &&
-       tag != kRvDataTag && tag != kContextAbortTag);
+       tag != kRvDataTag && tag != kContextAbortTag && tag != kProbeTag);
   if (bytes > kMaxMessageBytes || bad_control) {
     return lost(detail::str_cat("protocol error: a header announces ", bytes, " bytes (tag 0x",
                                 std::hex, tag, ")"));
@@ -224,6 +225,9 @@ std::string Peer::start_message_locked(size_t lane_index, const WireHeader& head
     incoming.dest = reinterpret_cast<uint8_t*>(incoming.control.data());
   } else if (tag == kRvReadyTag || tag == kRvDoneTag) {
     incoming.reading = Reading::kRvReply;
+    incoming.dest = words;
+  } else if (tag == kProbeTag) {
+    incoming.reading = Reading::kProbe;
     incoming.dest = words;
   } else if (tag == kRvDataTag) {
     incoming.reading = Reading::kRvDataId;
@@ -330,6 +334,8 @@ std::string Peer::finish_rendezvous_locked(size_t lane_index, Incoming& done, Pr
       rv_events_.push_back({done.tag, done.words[0], lane_index});
       rv_exchange_.store(true, std::memory_order_release);
       return {};
+    case Reading::kProbe:
+      return judge_probe(done.words[0], Check{done.words[1], done.words[2]});
     case Reading::kRvDataId: {
       // The payload of a receive this side asked for follows: straight into its buffer
       // (or dropped, when the receive was withdrawn meanwhile).

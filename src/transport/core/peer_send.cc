@@ -213,11 +213,25 @@ Progress Peer::flush_locked(std::string* lost_message) {
   return progress;
 }
 
+void Peer::send_probe(uint64_t tag, Check check) {
+  MutexLock lock(send_mu_);
+  if (send_error_ || peer_gone_.load(std::memory_order_acquire)) return;
+  auto op = make_op(rank_, true, kProbeTag, nullptr, 0);
+  op->phase = Op::Phase::kControl;
+  op->header[1] = kProbeBytes;
+  op->header[kHeaderWords] = tag;
+  op->header[kHeaderWords + 1] = check.w0;
+  op->header[kHeaderWords + 2] = check.w1;
+  op->header_bytes = kHeaderBytes + kProbeBytes;
+  lanes_[0].send_queue.push_back(std::move(op));
+  queued_.fetch_add(1, std::memory_order_acq_rel);
+}
+
 void Peer::drop_settled_locked() {
   for (Lane& lane : lanes_) {
     for (auto it = lane.send_queue.begin(); it != lane.send_queue.end();) {
       Op& op = **it;
-      if (!op.done() && op.tag != kContextAbortTag) {
+      if (!op.done() && op.tag != kContextAbortTag && op.tag != kProbeTag) {
         ++it;
         continue;
       }

@@ -16,6 +16,11 @@
 //   kContextAbortTag (8+n) {context} then the reason (text, as kAbortTag's): the sender
 //                          aborted that context of its Comm (comm.h's contexts; a split
 //                          group's abort); the receiver aborts it too
+//   kProbeTag (24 bytes)   {tag, check[2]}: the sender's receive of collective message `tag`
+//                          from the receiver has waited a while (Engine::wait_for), under
+//                          fingerprint `check`; a receiver running that collective under
+//                          another fingerprint (another root: both wait to receive) aborts
+//                          with a DesyncError; otherwise the probe is dropped
 //
 // Rendezvous: the sender writes the header with kRendezvousBit set in `bytes` and, instead
 // of the payload, a descriptor (RvDescriptor: an id, the payload's address, the address
@@ -89,6 +94,8 @@ inline constexpr uint64_t kRvReadyTag = ~uint64_t{0} - 2;
 inline constexpr uint64_t kRvDoneTag = ~uint64_t{0} - 3;
 inline constexpr uint64_t kRvDataTag = ~uint64_t{0} - 4;
 inline constexpr uint64_t kContextAbortTag = ~uint64_t{0} - 5;
+inline constexpr uint64_t kProbeTag = ~uint64_t{0} - 6;
+inline constexpr size_t kProbeBytes = 3 * sizeof(uint64_t);
 // Tags from here up are the transport's own (reserved: isend/irecv refuse them).
 inline constexpr uint64_t kFirstControlTag = ~uint64_t{0} - 15;
 inline constexpr bool is_control_tag(uint64_t tag) { return tag >= kFirstControlTag; }
