@@ -39,7 +39,6 @@
 #include <exception>
 #include <memory>
 #include <optional>
-#include <source_location>
 #include <span>
 #include <string>
 #include <string_view>
@@ -48,6 +47,7 @@
 #include "tdist/device.h"
 #include "tdist/dtype.h"
 #include "tdist/reduce_op.h"
+#include "tdist/source_location.h"
 #include "tdist/store.h"
 #include "tdist/thread_annotations.h"
 #include "tdist/work.h"
@@ -130,51 +130,51 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
 
   // recv[i] = op over all ranks of send[i].
   WorkPtr all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
-                     std::source_location where = std::source_location::current());
+                     SourceLocation where = SourceLocation::current());
   WorkPtr all_reduce(void* data, size_t count, DType dtype, ReduceOp op = ReduceOpKind::kSum,
-                     std::source_location where = std::source_location::current()) {
+                     SourceLocation where = SourceLocation::current()) {
     return all_reduce(data, data, count, dtype, op, where);
   }
 
   // Root's data is copied to every rank's data.
   WorkPtr broadcast(void* data, size_t count, DType dtype, int root,
-                    std::source_location where = std::source_location::current());
+                    SourceLocation where = SourceLocation::current());
 
   // recv (significant at root only; may be null elsewhere) = op over all ranks of send.
   WorkPtr reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, int root,
-                 std::source_location where = std::source_location::current());
+                 SourceLocation where = SourceLocation::current());
 
   // recv holds size() blocks of count elements, rank r's send in block r.
   WorkPtr all_gather(const void* send, void* recv, size_t count, DType dtype,
-                     std::source_location where = std::source_location::current());
+                     SourceLocation where = SourceLocation::current());
   // Variable sizes: rank r contributes recv_counts[r] elements (send_count on this rank);
   // recv holds the blocks back to back in rank order.
   WorkPtr all_gatherv(const void* send, size_t send_count, void* recv,
                       std::span<const size_t> recv_counts, DType dtype,
-                      std::source_location where = std::source_location::current());
+                      SourceLocation where = SourceLocation::current());
 
   // Root's recv (size() * count elements) gets rank r's send in block r.
   WorkPtr gather(const void* send, void* recv, size_t count, DType dtype, int root,
-                 std::source_location where = std::source_location::current());
+                 SourceLocation where = SourceLocation::current());
   // Rank r's recv gets block r of root's send (size() * count elements).
   WorkPtr scatter(const void* send, void* recv, size_t count, DType dtype, int root,
-                  std::source_location where = std::source_location::current());
+                  SourceLocation where = SourceLocation::current());
 
   // send holds size() blocks of count elements; rank r's recv = op over ranks of block r.
   WorkPtr reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
-                         std::source_location where = std::source_location::current());
+                         SourceLocation where = SourceLocation::current());
 
   // Block p of send goes to rank p; block p of recv comes from rank p (count each). send
   // may equal recv (in place; the backend then works from a copy of send).
   WorkPtr all_to_all(const void* send, void* recv, size_t count, DType dtype,
-                     std::source_location where = std::source_location::current());
+                     SourceLocation where = SourceLocation::current());
   // Variable sizes: send_counts[p] elements go to rank p, recv_counts[p] come from it;
   // blocks are back to back in rank order.
   WorkPtr all_to_allv(const void* send, std::span<const size_t> send_counts, void* recv,
                       std::span<const size_t> recv_counts, DType dtype,
-                      std::source_location where = std::source_location::current());
+                      SourceLocation where = SourceLocation::current());
 
-  WorkPtr barrier(std::source_location where = std::source_location::current());
+  WorkPtr barrier(SourceLocation where = SourceLocation::current());
 
   // torch.distributed.monitored_barrier: a blocking barrier that says which ranks did not
   // arrive. It runs through store(), not the backend's collectives, so it works on every
@@ -348,7 +348,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // Numbers collectives: a do_* collective runs with issue_mu_ held; next_seq_ is
   // written only under it and read anywhere (so not TDIST_GUARDED_BY).
   template <typename Call>
-  WorkPtr numbered(core::OpFingerprint fp, const std::source_location& where, Call&& call)
+  WorkPtr numbered(core::OpFingerprint fp, const SourceLocation& where, Call&& call)
       TDIST_EXCLUDES(issue_mu_);
   // TDIST_DEBUG=detail (read when the group is made): every rank's fingerprint of the
   // collective about to be numbered, with this thread's CollectiveDetail, is compared through
@@ -381,7 +381,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
 // thread-local pointer when callsite checks are off.
 class CallSite {
  public:
-  explicit CallSite(const std::source_location& where) : CallSite(where.file_name(), where.line()) {
+  explicit CallSite(const SourceLocation& where) : CallSite(where.file_name(), where.line()) {
     literal_ = true;
   }
   CallSite(const char* file, uint32_t line);
@@ -393,7 +393,7 @@ class CallSite {
   static const CallSite* outermost();
   const char* file() const { return file_; }
   uint32_t line() const { return line_; }
-  // Whether file() is a std::source_location's (it never changes or moves).
+  // Whether file() is a SourceLocation's (it never changes or moves).
   bool literal() const { return literal_; }
 
  private:

@@ -19,7 +19,7 @@ namespace tdist::core {
 
 // The id of `file` at `line`, remembering its text.
 uint16_t call_site_id(std::string_view file, uint32_t line);
-// The same for a `file` that never changes and never moves (a std::source_location's, a
+// The same for a `file` that never changes and never moves (a SourceLocation's, a
 // string literal): remembered by its address in a small per-thread cache, so that a call
 // repeated from one line costs no hashing.
 uint16_t call_site_id_of_literal(const char* file, uint32_t line);

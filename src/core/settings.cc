@@ -50,7 +50,7 @@ constexpr auto kSettings = std::to_array<Setting>({
      SettingType::kInt, 1, kGiB},
     {"TDIST_DEBUG", "off",
      "off, callsite or detail: callsite adds each collective's call site (file and line: C++'s "
-     "source_location, Python's calling frame) to the fingerprint its messages carry, so ranks "
+     "SourceLocation, Python's calling frame) to the fingerprint its messages carry, so ranks "
      "that call from different lines get a DesyncError naming both; detail also compares each "
      "collective's fingerprint (operation, sequence number, dtype, count, root, reduce op, call "
      "site; the torch layer adds the tensors' shapes) across the group's ranks through its store "

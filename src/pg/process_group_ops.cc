@@ -67,8 +67,7 @@ void check_peer(const char* op, int peer, int rank, int size) {
 }  // namespace
 
 template <typename Call>
-WorkPtr ProcessGroup::numbered(core::OpFingerprint fp, const std::source_location& where,
-                               Call&& call) {
+WorkPtr ProcessGroup::numbered(core::OpFingerprint fp, const SourceLocation& where, Call&& call) {
   if (debug_callsite_) {
     const CallSite* site = CallSite::outermost();
     if (site == nullptr) {
@@ -113,7 +112,7 @@ const char* ProcessGroup::p2p_name(std::span<const P2POp> ops) {
 }
 
 WorkPtr ProcessGroup::all_reduce(const void* send, void* recv, size_t count, DType dtype,
-                                 ReduceOp op, std::source_location where) {
+                                 ReduceOp op, SourceLocation where) {
   check_bytes("all_reduce", count, dtype);
   validate(op, dtype);
   check_buffer("all_reduce", "send", send, count);
@@ -123,7 +122,7 @@ WorkPtr ProcessGroup::all_reduce(const void* send, void* recv, size_t count, DTy
 }
 
 WorkPtr ProcessGroup::broadcast(void* data, size_t count, DType dtype, int root,
-                                std::source_location where) {
+                                SourceLocation where) {
   check_root("broadcast", root, size_);
   check_bytes("broadcast", count, dtype);
   check_buffer("broadcast", "data", data, count);
@@ -132,7 +131,7 @@ WorkPtr ProcessGroup::broadcast(void* data, size_t count, DType dtype, int root,
 }
 
 WorkPtr ProcessGroup::reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
-                             int root, std::source_location where) {
+                             int root, SourceLocation where) {
   check_bytes("reduce", count, dtype);
   validate(op, dtype);
   check_root("reduce", root, size_);
@@ -143,7 +142,7 @@ WorkPtr ProcessGroup::reduce(const void* send, void* recv, size_t count, DType d
 }
 
 WorkPtr ProcessGroup::all_gather(const void* send, void* recv, size_t count, DType dtype,
-                                 std::source_location where) {
+                                 SourceLocation where) {
   check_bytes("all_gather", count, dtype, static_cast<size_t>(size_));
   check_buffer("all_gather", "send", send, count);
   check_buffer("all_gather", "recv", recv, count);
@@ -153,7 +152,7 @@ WorkPtr ProcessGroup::all_gather(const void* send, void* recv, size_t count, DTy
 
 WorkPtr ProcessGroup::all_gatherv(const void* send, size_t send_count, void* recv,
                                   std::span<const size_t> recv_counts, DType dtype,
-                                  std::source_location where) {
+                                  SourceLocation where) {
   TDIST_CHECK(recv_counts.size() == static_cast<size_t>(size_), InvalidArgument,
               "all_gatherv: ", recv_counts.size(), " recv counts given for a group of ", size_);
   const size_t mine = recv_counts[static_cast<size_t>(rank_)];
@@ -168,7 +167,7 @@ WorkPtr ProcessGroup::all_gatherv(const void* send, size_t send_count, void* rec
 }
 
 WorkPtr ProcessGroup::gather(const void* send, void* recv, size_t count, DType dtype, int root,
-                             std::source_location where) {
+                             SourceLocation where) {
   check_root("gather", root, size_);
   check_bytes("gather", count, dtype, static_cast<size_t>(size_));
   check_buffer("gather", "send", send, count);
@@ -178,7 +177,7 @@ WorkPtr ProcessGroup::gather(const void* send, void* recv, size_t count, DType d
 }
 
 WorkPtr ProcessGroup::scatter(const void* send, void* recv, size_t count, DType dtype, int root,
-                              std::source_location where) {
+                              SourceLocation where) {
   check_root("scatter", root, size_);
   check_bytes("scatter", count, dtype, static_cast<size_t>(size_));
   check_buffer("scatter", "recv", recv, count);
@@ -188,7 +187,7 @@ WorkPtr ProcessGroup::scatter(const void* send, void* recv, size_t count, DType 
 }
 
 WorkPtr ProcessGroup::reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
-                                     ReduceOp op, std::source_location where) {
+                                     ReduceOp op, SourceLocation where) {
   check_bytes("reduce_scatter", count, dtype, static_cast<size_t>(size_));
   validate(op, dtype);
   check_buffer("reduce_scatter", "send", send, count);
@@ -199,7 +198,7 @@ WorkPtr ProcessGroup::reduce_scatter(const void* send, void* recv, size_t count,
 }
 
 WorkPtr ProcessGroup::all_to_all(const void* send, void* recv, size_t count, DType dtype,
-                                 std::source_location where) {
+                                 SourceLocation where) {
   check_bytes("all_to_all", count, dtype, static_cast<size_t>(size_));
   check_buffer("all_to_all", "send", send, count);
   check_buffer("all_to_all", "recv", recv, count);
@@ -209,7 +208,7 @@ WorkPtr ProcessGroup::all_to_all(const void* send, void* recv, size_t count, DTy
 
 WorkPtr ProcessGroup::all_to_allv(const void* send, std::span<const size_t> send_counts, void* recv,
                                   std::span<const size_t> recv_counts, DType dtype,
-                                  std::source_location where) {
+                                  SourceLocation where) {
   TDIST_CHECK(send_counts.size() == static_cast<size_t>(size_) &&
                   recv_counts.size() == static_cast<size_t>(size_),
               InvalidArgument, "all_to_allv: ", send_counts.size(), " send and ",
@@ -223,7 +222,7 @@ WorkPtr ProcessGroup::all_to_allv(const void* send, std::span<const size_t> send
   });
 }
 
-WorkPtr ProcessGroup::barrier(std::source_location where) {
+WorkPtr ProcessGroup::barrier(SourceLocation where) {
   return numbered(Fp::make(OpKind::kBarrier), where, [&](uint64_t seq) { return do_barrier(seq); });
 }
 

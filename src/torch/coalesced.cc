@@ -52,7 +52,7 @@ void check_pairs(const char* op, const std::vector<Tensor>& outputs,
 }  // namespace
 
 WorkPtr all_reduce_coalesced_async(const std::vector<Tensor>& tensors, ReduceOp op, Group group,
-                                   std::source_location where) {
+                                   SourceLocation where) {
   const CallSite site(where);
   constexpr const char* kOp = "all_reduce_coalesced";
   auto pg = group.resolve(kOp);
@@ -74,7 +74,7 @@ WorkPtr all_reduce_coalesced_async(const std::vector<Tensor>& tensors, ReduceOp 
 
 WorkPtr all_gather_coalesced_async(const std::vector<std::vector<Tensor>>& outputs,
                                    const std::vector<Tensor>& inputs, Group group,
-                                   std::source_location where) {
+                                   SourceLocation where) {
   const CallSite site(where);
   constexpr const char* kOp = "all_gather_coalesced";
   auto pg = group.resolve(kOp);
@@ -96,7 +96,7 @@ WorkPtr all_gather_coalesced_async(const std::vector<std::vector<Tensor>>& outpu
 
 WorkPtr all_gather_into_tensor_coalesced_async(const std::vector<Tensor>& outputs,
                                                const std::vector<Tensor>& inputs, Group group,
-                                               std::source_location where) {
+                                               SourceLocation where) {
   const CallSite site(where);
   constexpr const char* kOp = "all_gather_into_tensor_coalesced";
   auto pg = group.resolve(kOp);
@@ -132,7 +132,7 @@ WorkPtr all_gather_into_tensor_coalesced_async(const std::vector<Tensor>& output
 
 WorkPtr reduce_scatter_tensor_coalesced_async(const std::vector<Tensor>& outputs,
                                               const std::vector<Tensor>& inputs, ReduceOp op,
-                                              Group group, std::source_location where) {
+                                              Group group, SourceLocation where) {
   const CallSite site(where);
   constexpr const char* kOp = "reduce_scatter_tensor_coalesced";
   auto pg = group.resolve(kOp);
@@ -153,7 +153,7 @@ WorkPtr reduce_scatter_tensor_coalesced_async(const std::vector<Tensor>& outputs
                 [&] { return pg->reduce_scatter(send, recv, count, dtype, op); });
 }
 
-Tensor all_reduce_sparse(const Tensor& tensor, Group group, std::source_location where) {
+Tensor all_reduce_sparse(const Tensor& tensor, Group group, SourceLocation where) {
   const CallSite site(where);
   constexpr const char* kOp = "all_reduce_sparse";
   auto pg = group.resolve(kOp);

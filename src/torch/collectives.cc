@@ -98,8 +98,7 @@ std::shared_ptr<ProcessGroup> Group::resolve(const char* op) const {
 
 // ---- collectives ----------------------------------------------------------------------
 
-WorkPtr all_reduce_async(const Tensor& tensor, ReduceOp op, Group group,
-                         std::source_location where) {
+WorkPtr all_reduce_async(const Tensor& tensor, ReduceOp op, Group group, SourceLocation where) {
   const CallSite site(where);
   constexpr const char* kOp = "all_reduce";
   auto pg = group.resolve(kOp);
@@ -111,7 +110,7 @@ WorkPtr all_reduce_async(const Tensor& tensor, ReduceOp op, Group group,
                 [&] { return pg->all_reduce(data, data, count_of(tensor), dtype, op); });
 }
 
-WorkPtr broadcast_async(const Tensor& tensor, int src, Group group, std::source_location where) {
+WorkPtr broadcast_async(const Tensor& tensor, int src, Group group, SourceLocation where) {
   const CallSite site(where);
   constexpr const char* kOp = "broadcast";
   auto pg = group.resolve(kOp);
@@ -127,7 +126,7 @@ WorkPtr broadcast_async(const Tensor& tensor, int src, Group group, std::source_
 }
 
 WorkPtr reduce_async(const Tensor& tensor, int dst, ReduceOp op, Group group,
-                     std::source_location where) {
+                     SourceLocation where) {
   const CallSite site(where);
   constexpr const char* kOp = "reduce";
   auto pg = group.resolve(kOp);
@@ -146,7 +145,7 @@ WorkPtr reduce_async(const Tensor& tensor, int dst, ReduceOp op, Group group,
 }
 
 WorkPtr all_gather_async(const std::vector<Tensor>& outputs, const Tensor& input, Group group,
-                         std::source_location where) {
+                         SourceLocation where) {
   const CallSite site(where);
   constexpr const char* kOp = "all_gather";
   auto pg = group.resolve(kOp);
@@ -161,7 +160,7 @@ WorkPtr all_gather_async(const std::vector<Tensor>& outputs, const Tensor& input
 }
 
 WorkPtr all_gather_into_tensor_async(const Tensor& output, const Tensor& input, Group group,
-                                     std::source_location where) {
+                                     SourceLocation where) {
   const CallSite site(where);
   constexpr const char* kOp = "all_gather_into_tensor";
   auto pg = group.resolve(kOp);
@@ -182,7 +181,7 @@ WorkPtr all_gather_into_tensor_async(const Tensor& output, const Tensor& input, 
 }
 
 WorkPtr gather_async(const Tensor& input, const std::vector<Tensor>& gather_list, int dst,
-                     Group group, std::source_location where) {
+                     Group group, SourceLocation where) {
   const CallSite site(where);
   constexpr const char* kOp = "gather";
   auto pg = group.resolve(kOp);
@@ -203,7 +202,7 @@ WorkPtr gather_async(const Tensor& input, const std::vector<Tensor>& gather_list
 }
 
 WorkPtr scatter_async(const Tensor& output, const std::vector<Tensor>& scatter_list, int src,
-                      Group group, std::source_location where) {
+                      Group group, SourceLocation where) {
   const CallSite site(where);
   constexpr const char* kOp = "scatter";
   auto pg = group.resolve(kOp);
@@ -224,7 +223,7 @@ WorkPtr scatter_async(const Tensor& output, const std::vector<Tensor>& scatter_l
 }
 
 WorkPtr reduce_scatter_async(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
-                             Group group, std::source_location where) {
+                             Group group, SourceLocation where) {
   const CallSite site(where);
   constexpr const char* kOp = "reduce_scatter";
   auto pg = group.resolve(kOp);
@@ -239,7 +238,7 @@ WorkPtr reduce_scatter_async(const Tensor& output, const std::vector<Tensor>& in
 }
 
 WorkPtr reduce_scatter_tensor_async(const Tensor& output, const Tensor& input, ReduceOp op,
-                                    Group group, std::source_location where) {
+                                    Group group, SourceLocation where) {
   const CallSite site(where);
   constexpr const char* kOp = "reduce_scatter_tensor";
   auto pg = group.resolve(kOp);
@@ -262,7 +261,7 @@ WorkPtr reduce_scatter_tensor_async(const Tensor& output, const Tensor& input, R
 }
 
 WorkPtr all_to_all_async(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
-                         Group group, std::source_location where) {
+                         Group group, SourceLocation where) {
   const CallSite site(where);
   constexpr const char* kOp = "all_to_all";
   auto pg = group.resolve(kOp);
@@ -293,7 +292,7 @@ WorkPtr all_to_all_async(const std::vector<Tensor>& outputs, const std::vector<T
 WorkPtr all_to_all_single_async(const Tensor& output, const Tensor& input,
                                 const std::vector<int64_t>& output_split_sizes,
                                 const std::vector<int64_t>& input_split_sizes, Group group,
-                                std::source_location where) {
+                                SourceLocation where) {
   const CallSite site(where);
   constexpr const char* kOp = "all_to_all_single";
   auto pg = group.resolve(kOp);
@@ -368,7 +367,7 @@ WorkPtr irecv_any(const Tensor& tensor, Group group, uint32_t tag) {
                 [&] { return pg->irecv_any(data, count_of(tensor), dtype, tag); });
 }
 
-WorkPtr barrier_async(Group group, std::source_location where) {
+WorkPtr barrier_async(Group group, SourceLocation where) {
   const CallSite site(where);
   auto pg = group.resolve("barrier");
   return launch("barrier", Staging{}, [&] { return pg->barrier(); });
@@ -376,59 +375,59 @@ WorkPtr barrier_async(Group group, std::source_location where) {
 
 // ---- blocking forms (CallerWaits: the async form finishes before it returns) ----------
 
-void all_reduce(const Tensor& tensor, ReduceOp op, Group group, std::source_location where) {
+void all_reduce(const Tensor& tensor, ReduceOp op, Group group, SourceLocation where) {
   const CallSite site(where);
   CallerWaits waits;
   all_reduce_async(tensor, op, std::move(group))->wait();
 }
-void broadcast(const Tensor& tensor, int src, Group group, std::source_location where) {
+void broadcast(const Tensor& tensor, int src, Group group, SourceLocation where) {
   const CallSite site(where);
   CallerWaits waits;
   broadcast_async(tensor, src, std::move(group))->wait();
 }
-void reduce(const Tensor& tensor, int dst, ReduceOp op, Group group, std::source_location where) {
+void reduce(const Tensor& tensor, int dst, ReduceOp op, Group group, SourceLocation where) {
   const CallSite site(where);
   CallerWaits waits;
   reduce_async(tensor, dst, op, std::move(group))->wait();
 }
 void all_gather(const std::vector<Tensor>& outputs, const Tensor& input, Group group,
-                std::source_location where) {
+                SourceLocation where) {
   const CallSite site(where);
   CallerWaits waits;
   all_gather_async(outputs, input, std::move(group))->wait();
 }
 void all_gather_into_tensor(const Tensor& output, const Tensor& input, Group group,
-                            std::source_location where) {
+                            SourceLocation where) {
   const CallSite site(where);
   CallerWaits waits;
   all_gather_into_tensor_async(output, input, std::move(group))->wait();
 }
 void gather(const Tensor& input, const std::vector<Tensor>& gather_list, int dst, Group group,
-            std::source_location where) {
+            SourceLocation where) {
   const CallSite site(where);
   CallerWaits waits;
   gather_async(input, gather_list, dst, std::move(group))->wait();
 }
 void scatter(const Tensor& output, const std::vector<Tensor>& scatter_list, int src, Group group,
-             std::source_location where) {
+             SourceLocation where) {
   const CallSite site(where);
   CallerWaits waits;
   scatter_async(output, scatter_list, src, std::move(group))->wait();
 }
 void reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
-                    Group group, std::source_location where) {
+                    Group group, SourceLocation where) {
   const CallSite site(where);
   CallerWaits waits;
   reduce_scatter_async(output, inputs, op, std::move(group))->wait();
 }
 void reduce_scatter_tensor(const Tensor& output, const Tensor& input, ReduceOp op, Group group,
-                           std::source_location where) {
+                           SourceLocation where) {
   const CallSite site(where);
   CallerWaits waits;
   reduce_scatter_tensor_async(output, input, op, std::move(group))->wait();
 }
 void all_to_all(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs, Group group,
-                std::source_location where) {
+                SourceLocation where) {
   const CallSite site(where);
   CallerWaits waits;
   all_to_all_async(outputs, inputs, std::move(group))->wait();
@@ -436,7 +435,7 @@ void all_to_all(const std::vector<Tensor>& outputs, const std::vector<Tensor>& i
 void all_to_all_single(const Tensor& output, const Tensor& input,
                        const std::vector<int64_t>& output_split_sizes,
                        const std::vector<int64_t>& input_split_sizes, Group group,
-                       std::source_location where) {
+                       SourceLocation where) {
   const CallSite site(where);
   CallerWaits waits;
   all_to_all_single_async(output, input, output_split_sizes, input_split_sizes, std::move(group))
@@ -456,7 +455,7 @@ int recv_any(const Tensor& tensor, Group group, uint32_t tag) {
   work->wait();
   return work->source_rank();
 }
-void barrier(Group group, std::source_location where) {
+void barrier(Group group, SourceLocation where) {
   const CallSite site(where);
   CallerWaits waits;
   barrier_async(std::move(group))->wait();

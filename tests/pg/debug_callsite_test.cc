@@ -8,7 +8,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <source_location>
 #include <string>
 #include <vector>
 
@@ -82,9 +81,9 @@ TEST(DebugCallsite, ARankThatSkipsACallInALoopIsNamedWhereTheLinesDiffer1Mi) {
 
 // A helper that issues the collective for its callers, as the torch layer does.
 void helper_all_reduce(ProcessGroup& pg, std::vector<float>& x,
-                       std::source_location where = std::source_location::current()) {
+                       SourceLocation where = SourceLocation::current()) {
   const CallSite site(where);
-  const CallSite inner(std::source_location::current());  // not the outermost: unused
+  const CallSite inner(SourceLocation::current());  // not the outermost: unused
   pg.all_reduce(x.data(), x.size(), DType::kF32)->wait();
 }
 

@@ -57,7 +57,6 @@
 #include <concepts>
 #include <cstdint>
 #include <memory>
-#include <source_location>
 #include <string>
 #include <utility>
 #include <vector>
@@ -112,86 +111,80 @@ class CallerWaits {
 
 // Element-wise `op` over every rank's `tensor`, in place.
 void all_reduce(const ::torch::Tensor& tensor, ReduceOp op = ReduceOpKind::kSum, Group group = {},
-                std::source_location where = std::source_location::current());
+                SourceLocation where = SourceLocation::current());
 WorkPtr all_reduce_async(const ::torch::Tensor& tensor, ReduceOp op = ReduceOpKind::kSum,
-                         Group group = {},
-                         std::source_location where = std::source_location::current());
+                         Group group = {}, SourceLocation where = SourceLocation::current());
 
 // Rank src's `tensor` is copied into every rank's `tensor`.
 void broadcast(const ::torch::Tensor& tensor, int src, Group group = {},
-               std::source_location where = std::source_location::current());
+               SourceLocation where = SourceLocation::current());
 WorkPtr broadcast_async(const ::torch::Tensor& tensor, int src, Group group = {},
-                        std::source_location where = std::source_location::current());
+                        SourceLocation where = SourceLocation::current());
 
 // Rank dst's `tensor` becomes `op` over every rank's `tensor`; the others' stay unchanged.
 void reduce(const ::torch::Tensor& tensor, int dst, ReduceOp op = ReduceOpKind::kSum,
-            Group group = {}, std::source_location where = std::source_location::current());
+            Group group = {}, SourceLocation where = SourceLocation::current());
 WorkPtr reduce_async(const ::torch::Tensor& tensor, int dst, ReduceOp op = ReduceOpKind::kSum,
-                     Group group = {},
-                     std::source_location where = std::source_location::current());
+                     Group group = {}, SourceLocation where = SourceLocation::current());
 
 // outputs[r] = rank r's input. One output per rank, each of the input's shape and dtype.
 void all_gather(const std::vector<::torch::Tensor>& outputs, const ::torch::Tensor& input,
-                Group group = {}, std::source_location where = std::source_location::current());
+                Group group = {}, SourceLocation where = SourceLocation::current());
 WorkPtr all_gather_async(const std::vector<::torch::Tensor>& outputs, const ::torch::Tensor& input,
-                         Group group = {},
-                         std::source_location where = std::source_location::current());
+                         Group group = {}, SourceLocation where = SourceLocation::current());
 
 // output (size() * input.numel() elements, any shape) holds rank r's input, flattened, in
 // block r. In place when `input` is exactly block rank() of a contiguous `output`.
 void all_gather_into_tensor(const ::torch::Tensor& output, const ::torch::Tensor& input,
-                            Group group = {},
-                            std::source_location where = std::source_location::current());
+                            Group group = {}, SourceLocation where = SourceLocation::current());
 WorkPtr all_gather_into_tensor_async(const ::torch::Tensor& output, const ::torch::Tensor& input,
                                      Group group = {},
-                                     std::source_location where = std::source_location::current());
+                                     SourceLocation where = SourceLocation::current());
 
 // On dst, gather_list[r] = rank r's input (one per rank, each of the input's shape); the
 // other ranks pass an empty list.
 void gather(const ::torch::Tensor& input, const std::vector<::torch::Tensor>& gather_list, int dst,
-            Group group = {}, std::source_location where = std::source_location::current());
+            Group group = {}, SourceLocation where = SourceLocation::current());
 WorkPtr gather_async(const ::torch::Tensor& input, const std::vector<::torch::Tensor>& gather_list,
-                     int dst, Group group = {},
-                     std::source_location where = std::source_location::current());
+                     int dst, Group group = {}, SourceLocation where = SourceLocation::current());
 
 // Rank r's output = src's scatter_list[r] (one per rank, each of the output's shape, on
 // src only; the other ranks pass an empty list).
 void scatter(const ::torch::Tensor& output, const std::vector<::torch::Tensor>& scatter_list,
-             int src, Group group = {},
-             std::source_location where = std::source_location::current());
+             int src, Group group = {}, SourceLocation where = SourceLocation::current());
 WorkPtr scatter_async(const ::torch::Tensor& output,
                       const std::vector<::torch::Tensor>& scatter_list, int src, Group group = {},
-                      std::source_location where = std::source_location::current());
+                      SourceLocation where = SourceLocation::current());
 
 // Rank r's output = `op` over every rank's inputs[r] (one per rank, each of the output's
 // shape).
 void reduce_scatter(const ::torch::Tensor& output, const std::vector<::torch::Tensor>& inputs,
                     ReduceOp op = ReduceOpKind::kSum, Group group = {},
-                    std::source_location where = std::source_location::current());
+                    SourceLocation where = SourceLocation::current());
 WorkPtr reduce_scatter_async(const ::torch::Tensor& output,
                              const std::vector<::torch::Tensor>& inputs,
                              ReduceOp op = ReduceOpKind::kSum, Group group = {},
-                             std::source_location where = std::source_location::current());
+                             SourceLocation where = SourceLocation::current());
 
 // Rank r's output = `op` over every rank's block r of input (size() * output.numel()
 // elements, any shape, read flattened). In place when `output` is exactly block rank()
 // of a contiguous `input`.
 void reduce_scatter_tensor(const ::torch::Tensor& output, const ::torch::Tensor& input,
                            ReduceOp op = ReduceOpKind::kSum, Group group = {},
-                           std::source_location where = std::source_location::current());
+                           SourceLocation where = SourceLocation::current());
 WorkPtr reduce_scatter_tensor_async(const ::torch::Tensor& output, const ::torch::Tensor& input,
                                     ReduceOp op = ReduceOpKind::kSum, Group group = {},
-                                    std::source_location where = std::source_location::current());
+                                    SourceLocation where = SourceLocation::current());
 
 // inputs[p] goes to rank p, whose outputs[r] receives it (r = this rank). One tensor per
 // rank in each list; sizes may differ between peers, but outputs[p] must have as many
 // elements as rank p's inputs[r] (a mismatch is a DesyncError).
 void all_to_all(const std::vector<::torch::Tensor>& outputs,
                 const std::vector<::torch::Tensor>& inputs, Group group = {},
-                std::source_location where = std::source_location::current());
+                SourceLocation where = SourceLocation::current());
 WorkPtr all_to_all_async(const std::vector<::torch::Tensor>& outputs,
                          const std::vector<::torch::Tensor>& inputs, Group group = {},
-                         std::source_location where = std::source_location::current());
+                         SourceLocation where = SourceLocation::current());
 
 // input and output are split along dim 0: rows input_split_sizes[p] go to rank p, and
 // output_split_sizes[p] rows come from it. Empty split sizes mean size(0) / size() rows
@@ -199,12 +192,11 @@ WorkPtr all_to_all_async(const std::vector<::torch::Tensor>& outputs,
 void all_to_all_single(const ::torch::Tensor& output, const ::torch::Tensor& input,
                        const std::vector<int64_t>& output_split_sizes = {},
                        const std::vector<int64_t>& input_split_sizes = {}, Group group = {},
-                       std::source_location where = std::source_location::current());
+                       SourceLocation where = SourceLocation::current());
 WorkPtr all_to_all_single_async(const ::torch::Tensor& output, const ::torch::Tensor& input,
                                 const std::vector<int64_t>& output_split_sizes = {},
                                 const std::vector<int64_t>& input_split_sizes = {},
-                                Group group = {},
-                                std::source_location where = std::source_location::current());
+                                Group group = {}, SourceLocation where = SourceLocation::current());
 
 // Point-to-point, matched by peer and tag (not ordered with collectives). The receiving
 // tensor must have the sent tensor's number of elements and dtype.
@@ -232,32 +224,32 @@ int recv_any(const ::torch::Tensor& tensor, Group group = {}, uint32_t tag = 0);
 // through one buffer. all_reduce of every tensor, in place:
 WorkPtr all_reduce_coalesced_async(const std::vector<::torch::Tensor>& tensors,
                                    ReduceOp op = ReduceOpKind::kSum, Group group = {},
-                                   std::source_location where = std::source_location::current());
+                                   SourceLocation where = SourceLocation::current());
 // outputs[r][i] = rank r's inputs[i] (outputs holds one list per rank, each like inputs):
 WorkPtr all_gather_coalesced_async(const std::vector<std::vector<::torch::Tensor>>& outputs,
                                    const std::vector<::torch::Tensor>& inputs, Group group = {},
-                                   std::source_location where = std::source_location::current());
+                                   SourceLocation where = SourceLocation::current());
 // all_gather_into_tensor(outputs[i], inputs[i]) for every i:
-WorkPtr all_gather_into_tensor_coalesced_async(
-    const std::vector<::torch::Tensor>& outputs, const std::vector<::torch::Tensor>& inputs,
-    Group group = {}, std::source_location where = std::source_location::current());
+WorkPtr all_gather_into_tensor_coalesced_async(const std::vector<::torch::Tensor>& outputs,
+                                               const std::vector<::torch::Tensor>& inputs,
+                                               Group group = {},
+                                               SourceLocation where = SourceLocation::current());
 // reduce_scatter_tensor(outputs[i], inputs[i], op) for every i:
-WorkPtr reduce_scatter_tensor_coalesced_async(
-    const std::vector<::torch::Tensor>& outputs, const std::vector<::torch::Tensor>& inputs,
-    ReduceOp op = ReduceOpKind::kSum, Group group = {},
-    std::source_location where = std::source_location::current());
+WorkPtr reduce_scatter_tensor_coalesced_async(const std::vector<::torch::Tensor>& outputs,
+                                              const std::vector<::torch::Tensor>& inputs,
+                                              ReduceOp op = ReduceOpKind::kSum, Group group = {},
+                                              SourceLocation where = SourceLocation::current());
 
 // The sum over every rank of a sparse COO `tensor` (CPU; every rank's of one shape and
 // dtype), coalesced; blocking. Its indices and values are gathered from every rank (gloo's
 // way): traffic grows with the ranks' non-zeros. InvalidArgument on every rank when the
 // ranks' shapes differ.
 ::torch::Tensor all_reduce_sparse(const ::torch::Tensor& tensor, Group group = {},
-                                  std::source_location where = std::source_location::current());
+                                  SourceLocation where = SourceLocation::current());
 
 // Returns (or completes) once every rank of the group has entered the barrier.
-void barrier(Group group = {}, std::source_location where = std::source_location::current());
-WorkPtr barrier_async(Group group = {},
-                      std::source_location where = std::source_location::current());
+void barrier(Group group = {}, SourceLocation where = SourceLocation::current());
+WorkPtr barrier_async(Group group = {}, SourceLocation where = SourceLocation::current());
 
 namespace detail {
 // The message for a tensor on a device other than the CPU (the device check's wording,
