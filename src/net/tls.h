@@ -91,6 +91,21 @@ class Session {
   // Whether decrypted bytes wait inside the session (the socket may then never be readable
   // again for them: read before sleeping).
   bool has_pending() const;
+  // Gathering writes (for a stream of many records): from now on the records write()
+  // makes gather in the session, up to `bytes` of them, and go to the socket in one send
+  // when that fills or at flush(), instead of a send per record. write() then says
+  // kWantWrite only when the gathered bytes fill `bytes` and the socket takes none.
+  void gather_writes(size_t bytes);
+  // Sends what gathered, as much as the socket takes: kOk when all went, kWantWrite when
+  // some wait for room, kFailed (error()) when the socket failed.
+  Status flush();
+  // Whether gathered bytes wait to be sent (flush() until it says kOk).
+  bool has_unsent() const;
+  // Reading ahead: each read of the socket takes up to `bytes` (several records) into the
+  // session, not a record header and then its body. A read() that says kWantRead has still
+  // left no whole record inside (OpenSSL decrypts every whole record it holds before it
+  // asks the socket), so has_pending() keeps its promise.
+  void read_ahead(size_t bytes);
   // Best effort, non-blocking: tells the peer that this side is done (close_notify).
   void shutdown();
   // Frees the session's buffers whenever they are empty (for servers with many idle

@@ -44,8 +44,8 @@ void expect_skip_named(size_t count) {
   ASSERT_TRUE(kCallsite);
   ThreadWorld world(2, std::chrono::seconds(60));
   ASSERT_TRUE(world.ok());
-  int first_line = 0;
-  int second_line = 0;
+  int first_line[2] = {0, 0};  // by rank: each thread writes its own
+  int second_line[2] = {0, 0};
   const auto start = std::chrono::steady_clock::now();
   auto errors = world.run_collect([&](int rank, ProcessGroup& pg) {
     ASSERT_TRUE(pg.debug_callsite());
@@ -53,17 +53,17 @@ void expect_skip_named(size_t count) {
     for (int step = 0; step < 3; ++step) {
       // Rank 1 skips the first call of step 1: its #2 is the second call, rank 0's the first.
       if (rank != 1 || step != 1) {
-        first_line = __LINE__ + 1;
+        first_line[rank] = __LINE__ + 1;
         pg.all_reduce(x.data(), x.size(), DType::kF32)->wait();
       }
-      second_line = __LINE__ + 1;
+      second_line[rank] = __LINE__ + 1;
       pg.all_reduce(x.data(), x.size(), DType::kF32)->wait();
     }
   });
   EXPECT_LE(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
   const std::string op = "all_reduce #2 f32 x" + std::to_string(count) + " sum ";
   const std::string expected =
-      "rank 0 called " + op + at(first_line) + "; rank 1 called " + op + at(second_line);
+      "rank 0 called " + op + at(first_line[0]) + "; rank 1 called " + op + at(second_line[1]);
   for (int r = 0; r < 2; ++r) {
     ASSERT_NE(errors[static_cast<size_t>(r)], nullptr) << "rank " << r;
     const std::string text = what(errors[static_cast<size_t>(r)]);

@@ -45,6 +45,7 @@ struct RankSetup {
   std::optional<net::tls::Config> tls;  // none: plain TCP
   std::string token;                    // "" = none
   int nsocks = 1;
+  size_t socket_buffer_bytes = 0;  // 0: TcpCommOptions' default
 };
 
 struct Outcome {
@@ -86,6 +87,7 @@ std::vector<Outcome> run_ranks(const std::vector<RankSetup>& setups,
       TcpCommOptions options;
       options.timeout = setup_timeout;
       options.nsocks_per_peer = setup.nsocks;
+      if (setup.socket_buffer_bytes > 0) options.socket_buffer_bytes = setup.socket_buffer_bytes;
       options.tls = setup.tls ? net::tls::Context::get(*setup.tls) : nullptr;
       try {
         auto comm =
@@ -193,6 +195,35 @@ std::vector<int> codes(const std::vector<Outcome>& outcomes) {
 TEST_F(TcpTlsTest, TwoRanksExchangeSmallAndLargeMessagesBothWaysAtOnce) {
   auto outcomes = run_ranks({member("a"), member("b")},
                             [](Comm& comm) { return exchange(comm, 50, size_t{6} << 20); });
+  EXPECT_EQ(codes(outcomes), (std::vector<int>{kOk, kOk}));
+}
+
+// The channel gathers records for one send (tls_channel.h); what a full socket did not
+// take stays gathered after the message was taken whole. Rank 0's 8 MiB message goes to a
+// receiver that starts reading late through 64 KiB socket buffers, and rank 0 then only
+// waits for the 1-byte answer that rank 1 sends once it has the message: the gathered tail
+// must go out with nothing more queued (Channel::holds_unsent), or both wait forever.
+TEST_F(TcpTlsTest, RecordsTheSocketCouldNotTakeGoOutWithNothingMoreQueued) {
+  RankSetup a = member("a");
+  RankSetup b = member("b");
+  a.socket_buffer_bytes = b.socket_buffer_bytes = 64 << 10;
+  auto outcomes = run_ranks({a, b}, [](Comm& comm) {
+    constexpr size_t kBytes = size_t{8} << 20;
+    const uint64_t tag = collective_tag(1, 0);  // eager at every size
+    uint8_t answer = 0;
+    if (comm.rank() == 0) {
+      const std::vector<uint8_t> data = pattern(42, kBytes);
+      comm.isend(1, tag, data.data(), data.size())->wait(op_deadline());
+      comm.irecv(1, tag + 1, &answer, 1)->wait(Deadline::after(5s));
+      return answer == 7 ? kOk : kWrongData;
+    }
+    std::this_thread::sleep_for(300ms);
+    std::vector<uint8_t> data(kBytes);
+    comm.irecv(0, tag, data.data(), data.size())->wait(Deadline::after(5s));
+    answer = 7;
+    comm.isend(0, tag + 1, &answer, 1)->wait(op_deadline());
+    return data == pattern(42, kBytes) ? kOk : kWrongData;
+  });
   EXPECT_EQ(codes(outcomes), (std::vector<int>{kOk, kOk}));
 }
 

@@ -92,6 +92,10 @@ class Channel {
 
   virtual bool readable() = 0;
   virtual bool writable() = 0;
+  // Whether bytes write() took still wait inside the channel for room in the pipe (a TLS
+  // channel's gathered records): the core then calls write() again, with no iovecs if it
+  // has nothing more, whenever writable(), until this is false. Default: never.
+  virtual bool holds_unsent() { return false; }
   // Polling (core/polling.h): forget cached readiness, so that the next readable()
   // and writable() let the core try the pipe itself (for a socket: one failed syscall).
   // Channels whose readable()/writable() look at the pipe directly need nothing.

@@ -159,7 +159,10 @@ class Peer {
     return context_aborts_pending_.load(std::memory_order_acquire);
   }
   std::vector<ContextAbort> take_context_aborts();
-  bool sends_queued() const { return queued_.load(std::memory_order_acquire) > 0; }
+  // Sends queued, or bytes a channel took that still wait in it (Channel::holds_unsent).
+  bool sends_queued() const {
+    return queued_.load(std::memory_order_acquire) > 0 || held_.load(std::memory_order_acquire);
+  }
   // Rendezvous sends waiting for the peer to take their payload.
   bool rendezvous_pending() const { return rv_pending_.load(std::memory_order_acquire) > 0; }
 
@@ -327,6 +330,11 @@ class Peer {
   // The desync report for the peer's probe (wire.h): this rank runs collective `tag` under
   // another fingerprint than the peer's `theirs`; "" otherwise (behind, ahead, agreeing).
   std::string judge_probe(uint64_t tag, Check theirs) const;
+  // Whether `lane` has bytes to write: queued sends, or bytes its channel holds
+  // (Channel::holds_unsent). Requires send_mu_.
+  static bool wants_write_locked(Lane& lane);
+  // Updates held_ after a write: whether any lane's channel holds bytes it took.
+  void note_held_locked() TDIST_REQUIRES(send_mu_);
   void forget_locked(const Unexpected& u) TDIST_REQUIRES(recv_mu_);  // it leaves unexpected_
   std::string out_of_memory(size_t bytes) const;  // the lost message for a failed buffer
   // lost(reason), with `op` (a receive held nowhere fail_all looks: taken from posted_ or
@@ -361,6 +369,7 @@ class Peer {
   const size_t nlanes_;
   std::atomic<bool> peer_gone_{false};  // the peer said goodbye (destroys its Comm)
   std::atomic<int> queued_{0};          // sends in the lanes' queues
+  std::atomic<bool> held_{false};       // a lane's channel holds bytes (note_held_locked)
   std::atomic<int> rv_pending_{0};      // rendezvous sends waiting for the peer
 
   Mutex send_mu_;

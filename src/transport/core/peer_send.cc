@@ -74,6 +74,7 @@ std::shared_ptr<Op> Peer::post_send(uint64_t tag, const void* data, size_t bytes
       *lost_message = lost(why);  // queued below; the abort that follows fails it
     } else if (n == kHeaderBytes + bytes) {
       ++send_seq_;
+      note_held_locked();
       return nullptr;
     } else if (n > 0) {  // a prefix went: the rest is queued like any partly written send
       auto op = make_op(rank_, true, tag, const_cast<void*>(data), bytes, check);
@@ -198,12 +199,17 @@ Progress Peer::exchange_rendezvous(std::string* lost_message) {
 Progress Peer::flush_locked(std::string* lost_message) {
   Progress progress;
   for (size_t i = 0; i < nlanes_ && lost_message->empty(); ++i) {
-    if (!lanes_[i].send_queue.empty() && lanes_[i].channel->writable()) {
+    if (wants_write_locked(lanes_[i]) && lanes_[i].channel->writable()) {
       progress += flush_lane_locked(i, lost_message);
     }
   }
   // After its goodbye the peer reads nothing more: what is still queued cannot go out.
-  if (peer_gone_.load(std::memory_order_acquire)) drop_settled_locked();
+  if (peer_gone_.load(std::memory_order_acquire)) {
+    drop_settled_locked();
+    held_.store(false, std::memory_order_release);
+  } else {
+    note_held_locked();
+  }
   if (lost_message->empty() && (sends_queued() || rendezvous_pending()) &&
       peer_gone_.load(std::memory_order_acquire)) {
     *lost_message =
@@ -211,6 +217,16 @@ Progress Peer::flush_locked(std::string* lost_message) {
                              " send(s) to it were pending"));
   }
   return progress;
+}
+
+bool Peer::wants_write_locked(Lane& lane) {
+  return !lane.send_queue.empty() || lane.channel->holds_unsent();
+}
+
+void Peer::note_held_locked() {
+  bool held = false;
+  for (size_t i = 0; i < nlanes_ && !held; ++i) held = lanes_[i].channel->holds_unsent();
+  held_.store(held, std::memory_order_release);
 }
 
 void Peer::send_probe(uint64_t tag, Check check) {
@@ -257,6 +273,11 @@ Progress Peer::flush_lane_locked(size_t lane_index, std::string* lost_message) {
   if (send_error_) return progress;
   Lane& lane = lanes_[lane_index];
   std::deque<std::shared_ptr<Op>>& queue = lane.send_queue;
+  if (queue.empty()) {  // only what the channel holds (Channel::holds_unsent)
+    std::string why;
+    if (lane.channel->write(nullptr, 0, &why) == 0 && !why.empty()) *lost_message = lost(why);
+    return progress;
+  }
   while (!queue.empty()) {
     iovec iov[kMaxIov];
     size_t count = 0;
@@ -428,7 +449,7 @@ void Peer::prepare_sleep(std::vector<pollfd>* fds) {
   {
     MutexLock lock(send_mu_);
     for (size_t i = 0; i < nlanes_; ++i) {
-      want_write[i] = !send_error_ && !lanes_[i].send_queue.empty();
+      want_write[i] = !send_error_ && wants_write_locked(lanes_[i]);
     }
   }
   MutexLock lock(recv_mu_);
@@ -448,7 +469,7 @@ bool Peer::ready() {
   {
     MutexLock lock(send_mu_);
     for (Lane& lane : lanes_) {
-      if (!send_error_ && !lane.send_queue.empty() && lane.channel->writable()) return true;
+      if (!send_error_ && wants_write_locked(lane) && lane.channel->writable()) return true;
     }
   }
   MutexLock lock(recv_mu_);

@@ -32,9 +32,29 @@ TlsChannel::TlsChannel(net::Fd fd, std::unique_ptr<net::tls::Session> session, s
       session_(std::move(session)),
       staging_(kRecordBytes) {
   net::prepare_stream(fd_.get(), socket_buffer_bytes);
+  session_->gather_writes(kGatherBytes);
+  session_->read_ahead(kGatherBytes);
 }
 
 size_t TlsChannel::write(const iovec* iov, size_t count, std::string* lost) {
+  const size_t taken = write_records(iov, count, lost);
+  if (!lost->empty()) return taken;
+  MutexLock lock(mu_);
+  const Status status = session_->flush();
+  if (status == Status::kWantWrite) {
+    writable_.store(false, std::memory_order_relaxed);  // holds_unsent() brings the core back
+  } else if (status != Status::kOk) {
+    *lost = session_->error();
+  }
+  return taken;
+}
+
+bool TlsChannel::holds_unsent() {
+  MutexLock lock(mu_);
+  return retry_bytes_ > 0 || session_->has_unsent();
+}
+
+size_t TlsChannel::write_records(const iovec* iov, size_t count, std::string* lost) {
   size_t taken = 0;
   size_t i = 0;  // the next byte to take: iov[i] at `offset`
   size_t offset = 0;
@@ -168,21 +188,26 @@ void TlsChannel::on_poll(short revents) {
 }
 
 void TlsChannel::close(Deadline deadline) {
-  // A committed record goes out first (bounded by the deadline), then close_notify.
+  // A committed record goes out first, then close_notify after the gathered records, all
+  // bounded by the deadline.
+  bool notified = false;
   while (true) {
     Status status = Status::kOk;
     {
       MutexLock lock(mu_);
-      if (retry_bytes_ == 0) {
-        session_->shutdown();
-        break;
-      }
-      const net::tls::Session::Io io = session_->write(staging_.data(), retry_bytes_);
-      status = io.status;
-      if (status == Status::kOk) {
-        retry_bytes_ -= io.bytes;
-        std::memmove(staging_.data(), staging_.data() + io.bytes, retry_bytes_);
-        continue;
+      if (retry_bytes_ > 0) {
+        const net::tls::Session::Io io = session_->write(staging_.data(), retry_bytes_);
+        status = io.status;
+        if (status == Status::kOk) {
+          retry_bytes_ -= io.bytes;
+          std::memmove(staging_.data(), staging_.data() + io.bytes, retry_bytes_);
+          continue;
+        }
+      } else {
+        if (!notified) session_->shutdown();  // best effort: gathered behind the records
+        notified = true;
+        status = session_->flush();
+        if (status == Status::kOk) break;
       }
     }
     if (!wants(status) || deadline.expired()) break;

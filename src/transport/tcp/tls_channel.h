@@ -3,16 +3,21 @@
 // build_mesh (mesh.h) handshook and authenticated.
 //
 // write() coalesces the small leading iovecs (a header, a short payload) into one record
-// of up to 16 KiB (one SSL_write, one send), and hands larger payloads to SSL_write as
-// they are, a record at a time. A record that the socket has no room for stays committed
-// inside the session (OpenSSL encrypted it already): write() copies it to its staging
-// buffer, counts it as taken, and sends it first on the next call (or in close()), so the
-// core may write whatever it likes next (OpenSSL requires the same bytes on a retry).
-// read() fills the iovecs from the session until they are full or it has nothing. readable() stays
-// true while decrypted bytes wait inside the session (the socket will not signal them again). A
-// read that needs the socket writable, or a write that needs it readable (TLS may), makes
-// poll_for() ask for that event. close() sends the TLS close_notify, then shuts the sending side
-// and drains like TcpChannel.
+// of up to 16 KiB (one SSL_write), and hands larger payloads to SSL_write as they are, a
+// record at a time; the session gathers the records (up to 256 KiB) and each write() ends
+// with one send of them (net::tls::Session::gather_writes), not a send per record. What the
+// socket had no room for stays gathered: holds_unsent() brings the core back to write it.
+// When even the gathering is full, a record stays committed inside the session (OpenSSL
+// encrypted it already): write() copies it to its staging buffer, counts it as taken, and
+// sends it first on the next call (or in close()), so the core may write whatever it likes
+// next (OpenSSL requires the same bytes on a retry); holds_unsent() covers it too.
+// The session reads ahead as much (net::tls::Session::read_ahead): one recv for several
+// records, not two per record. read() fills the iovecs from the session until they are
+// full or it has nothing. readable() stays true while decrypted bytes wait inside the
+// session (the socket will not signal them again). A read that needs the socket writable,
+// or a write that needs it readable (TLS may), makes poll_for() ask for that event.
+// close() sends what is gathered and the TLS close_notify, then shuts the sending side and
+// drains like TcpChannel.
 //
 // Ownership: owns the socket and the session. Thread-safety: the core serialises each
 // direction, but a read and a write may run at once on two threads; OpenSSL allows one
@@ -47,6 +52,7 @@ class TlsChannel final : public core::Channel {
   size_t read(const iovec* iov, size_t count, bool* eof, std::string* lost) override;
   bool readable() override { return readable_.load(std::memory_order_relaxed); }
   bool writable() override { return writable_.load(std::memory_order_relaxed); }
+  bool holds_unsent() override;
   void refresh() override {
     readable_.store(true, std::memory_order_relaxed);
     writable_.store(true, std::memory_order_relaxed);
@@ -61,8 +67,12 @@ class TlsChannel final : public core::Channel {
 
   // The most bytes of one TLS record: the staging buffer's size.
   static constexpr size_t kRecordBytes = 16 * 1024;
+  // Records gathered for one send (net::tls::Session::gather_writes), and read ahead.
+  static constexpr size_t kGatherBytes = 256 * 1024;
 
  private:
+  // write() without the flush of the gathered records.
+  size_t write_records(const iovec* iov, size_t count, std::string* lost) TDIST_EXCLUDES(mu_);
   size_t report_end_locked(size_t got, bool* eof, std::string* lost) TDIST_REQUIRES(mu_);
 
   net::Fd fd_;
