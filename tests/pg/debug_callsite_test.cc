@@ -19,24 +19,6 @@ namespace {
 // Groups read TDIST_DEBUG when they are made: every group of this binary checks call sites.
 const bool kCallsite = ::setenv("TDIST_DEBUG", "callsite", 1) == 0;
 
-std::string what(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  }
-}
-
-bool is_desync(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const DesyncError&) {
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
-
 std::string at(int line) { return "at debug_callsite_test.cc:" + std::to_string(line); }
 
 // At `count` floats (1 Ki and 1 Mi: the text names x1024 or x1048576), within 5 s.
@@ -66,8 +48,8 @@ void expect_skip_named(size_t count) {
       "rank 0 called " + op + at(first_line[0]) + "; rank 1 called " + op + at(second_line[1]);
   for (int r = 0; r < 2; ++r) {
     ASSERT_NE(errors[static_cast<size_t>(r)], nullptr) << "rank " << r;
-    const std::string text = what(errors[static_cast<size_t>(r)]);
-    EXPECT_TRUE(is_desync(errors[static_cast<size_t>(r)])) << text;
+    const std::string text = describe(errors[static_cast<size_t>(r)]);
+    EXPECT_TRUE(is_a<DesyncError>(errors[static_cast<size_t>(r)])) << text;
     EXPECT_NE(text.find(expected), std::string::npos) << "rank " << r << ": " << text;
   }
 }
@@ -104,8 +86,8 @@ TEST(DebugCallsite, TheOutermostCallSiteNamesTheCallersLine) {
   const std::string expected = "rank 0 called all_reduce #0 f32 x8 sum " + at(lines[0]) +
                                "; rank 1 called all_reduce #0 f32 x8 sum " + at(lines[1]);
   for (int r = 0; r < 2; ++r) {
-    const std::string text = what(errors[static_cast<size_t>(r)]);
-    EXPECT_TRUE(is_desync(errors[static_cast<size_t>(r)])) << text;
+    const std::string text = describe(errors[static_cast<size_t>(r)]);
+    EXPECT_TRUE(is_a<DesyncError>(errors[static_cast<size_t>(r)])) << text;
     EXPECT_NE(text.find(expected), std::string::npos) << "rank " << r << ": " << text;
   }
   EXPECT_EQ(CallSite::outermost(), nullptr);  // the scopes ended
