@@ -46,6 +46,7 @@ struct RankSetup {
   std::string token;                    // "" = none
   int nsocks = 1;
   size_t socket_buffer_bytes = 0;  // 0: TcpCommOptions' default
+  bool lazy = false;               // TcpCommOptions::lazy: connect at the first exchange
 };
 
 struct Outcome {
@@ -88,6 +89,7 @@ std::vector<Outcome> run_ranks(const std::vector<RankSetup>& setups,
       options.timeout = setup_timeout;
       options.nsocks_per_peer = setup.nsocks;
       if (setup.socket_buffer_bytes > 0) options.socket_buffer_bytes = setup.socket_buffer_bytes;
+      options.lazy = setup.lazy;
       options.tls = setup.tls ? net::tls::Context::get(*setup.tls) : nullptr;
       try {
         auto comm =
@@ -202,11 +204,11 @@ TEST_F(TcpTlsTest, TwoRanksExchangeSmallAndLargeMessagesBothWaysAtOnce) {
 // take stays gathered after the message was taken whole. Rank 0's 8 MiB message goes to a
 // receiver that starts reading late through 64 KiB socket buffers, and rank 0 then only
 // waits for the 1-byte answer that rank 1 sends once it has the message: the gathered tail
-// must go out with nothing more queued (Channel::holds_unsent), or both wait forever.
-TEST_F(TcpTlsTest, RecordsTheSocketCouldNotTakeGoOutWithNothingMoreQueued) {
-  RankSetup a = member("a");
-  RankSetup b = member("b");
+// must go out with nothing more queued (Channel::holds_unsent), or both wait forever. Also
+// through the lazy mesh's channels, which wrap the TLS channel (`lazy`).
+std::vector<int> send_then_await_answer(RankSetup a, RankSetup b, bool lazy) {
   a.socket_buffer_bytes = b.socket_buffer_bytes = 64 << 10;
+  a.lazy = b.lazy = lazy;
   auto outcomes = run_ranks({a, b}, [](Comm& comm) {
     constexpr size_t kBytes = size_t{8} << 20;
     const uint64_t tag = collective_tag(1, 0);  // eager at every size
@@ -224,7 +226,17 @@ TEST_F(TcpTlsTest, RecordsTheSocketCouldNotTakeGoOutWithNothingMoreQueued) {
     comm.isend(0, tag + 1, &answer, 1)->wait(op_deadline());
     return data == pattern(42, kBytes) ? kOk : kWrongData;
   });
-  EXPECT_EQ(codes(outcomes), (std::vector<int>{kOk, kOk}));
+  return codes(outcomes);
+}
+
+TEST_F(TcpTlsTest, RecordsTheSocketCouldNotTakeGoOutWithNothingMoreQueued) {
+  EXPECT_EQ(send_then_await_answer(member("a"), member("b"), /*lazy=*/false),
+            (std::vector<int>{kOk, kOk}));
+}
+
+TEST_F(TcpTlsTest, RecordsTheSocketCouldNotTakeGoOutThroughLazyChannels) {
+  EXPECT_EQ(send_then_await_answer(member("a"), member("b"), /*lazy=*/true),
+            (std::vector<int>{kOk, kOk}));
 }
 
 TEST_F(TcpTlsTest, ThreeRanksWithTwoSocketsPerPeer) {

@@ -226,7 +226,8 @@ bool Peer::wants_write_locked(Lane& lane) {
 void Peer::note_held_locked() {
   bool held = false;
   for (size_t i = 0; i < nlanes_ && !held; ++i) held = lanes_[i].channel->holds_unsent();
-  held_.store(held, std::memory_order_release);
+  // Written only when it changes: a store on every short send would bounce the line.
+  if (held != held_.load(std::memory_order_relaxed)) held_.store(held, std::memory_order_release);
 }
 
 void Peer::send_probe(uint64_t tag, Check check) {

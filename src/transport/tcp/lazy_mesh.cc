@@ -75,6 +75,10 @@ class LazyChannel final : public core::Channel {
     core::Channel* c = real();
     return c != nullptr && c->writable();
   }
+  bool holds_unsent() override {
+    core::Channel* c = real();
+    return c != nullptr && c->holds_unsent();
+  }
   void refresh() override {
     if (core::Channel* c = real()) c->refresh();
   }
