@@ -321,10 +321,10 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   void note_finished(uint64_t seq, const std::exception_ptr& error,
                      std::string_view algorithm = {});
 
-  // The call site id (ProcessGroup::debug_callsite(); core/call_site.h) of the collective
-  // being issued, for a do_* that builds its fingerprint itself; 0 when not checked. Valid
+  // The fingerprint of the collective being issued (operation, dtype, count, root, reduce op,
+  // and its call site under debug_callsite()), for a do_* that checks it on the wire. Valid
   // inside do_* only.
-  uint16_t issuing_site() const { return issuing_site_; }
+  const core::OpFingerprint& issuing_fingerprint() const { return *issuing_; }
   // The number the next collective will get (for messages, e.g. abort's); never blocks.
   uint64_t next_seq() const { return next_seq_.load(std::memory_order_acquire); }
   // The name of a point-to-point call: "isend" or "irecv" for one op, else
@@ -358,7 +358,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   const bool debug_callsite_;
   std::atomic<uint64_t> detail_checks_{0};
   Mutex issue_mu_;
-  uint16_t issuing_site_ = 0;  // written under issue_mu_ before each do_*, read inside it
+  // numbered()'s fingerprint while its do_* runs (under issue_mu_), else null.
+  const core::OpFingerprint* issuing_ = nullptr;
   bool registered_ TDIST_GUARDED_BY(issue_mu_) = false;  // in the flight records' registry
   std::string name_ = "default";
   std::unique_ptr<diag::FlightRecorder> recorder_;

@@ -36,18 +36,25 @@ struct BioState {
   size_t sent = 0;
 };
 
+// One non-blocking send (EINTR retried): the bytes sent, or -1 with errno set.
+ssize_t send_nowait(int fd, const void* data, size_t size) {
+  while (true) {
+    const ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n >= 0 || errno != EINTR) return n;
+  }
+}
+
+bool would_block() { return errno == EAGAIN || errno == EWOULDBLOCK; }
+
 // Sends the gathered bytes, as many as the socket takes; true once all went.
 bool send_gathered(BioState& state) {
   while (state.sent < state.size) {
-    const ssize_t n = ::send(state.fd, state.out.get() + state.sent, state.size - state.sent,
-                             MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n >= 0) {
-      state.sent += static_cast<size_t>(n);
-      continue;
+    const ssize_t n = send_nowait(state.fd, state.out.get() + state.sent, state.size - state.sent);
+    if (n < 0) {
+      if (!would_block()) state.error = errno;
+      return false;
     }
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) state.error = errno;
-    return false;
+    state.sent += static_cast<size_t>(n);
   }
   state.size = state.sent = 0;
   return true;
@@ -74,18 +81,14 @@ int bio_write(BIO* bio, const char* data, int size) {
     state->size += n;
     return size;
   }
-  while (true) {
-    const ssize_t n =
-        ::send(state->fd, data, static_cast<size_t>(size), MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n >= 0) return static_cast<int>(n);
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      BIO_set_retry_write(bio);
-    } else {
-      state->error = errno;
-    }
-    return -1;
+  const ssize_t n = send_nowait(state->fd, data, static_cast<size_t>(size));
+  if (n >= 0) return static_cast<int>(n);
+  if (would_block()) {
+    BIO_set_retry_write(bio);
+  } else {
+    state->error = errno;
   }
+  return -1;
 }
 
 int bio_read(BIO* bio, char* data, int size) {

@@ -87,7 +87,10 @@ WorkPtr ProcessGroup::numbered(core::OpFingerprint fp, const SourceLocation& whe
       diag::register_group(weak_from_this());
     }
     recorder_->enqueued(seq, fp);
-    issuing_site_ = fp.site;
+    struct Issuing {  // issuing_fingerprint() while the backend's do_* runs
+      const core::OpFingerprint*& slot;
+      ~Issuing() { slot = nullptr; }
+    } issuing{issuing_ = &fp};
     work = call(seq);
     next_seq_.store(seq + 1, std::memory_order_release);
   }

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <numeric>
-#include <optional>
 #include <utility>
 
 #include "collectives/collectives.h"
@@ -34,13 +33,6 @@ constexpr auto kDesyncLookup = std::chrono::milliseconds(250);
 Bytes text_bytes(const std::string& text) { return Bytes(text.begin(), text.end()); }
 
 size_t bytes_of(size_t count, DType dtype) { return count * dtype_size(dtype); }
-
-core::OpFingerprint fingerprint(core::OpKind kind, DType dtype = DType::kU8, uint64_t count = 0,
-                                std::optional<ReduceOp> op = {},
-                                int root = core::OpFingerprint::kNoRoot) {
-  return core::OpFingerprint::make(kind, dtype, count, op ? std::optional(op->kind) : std::nullopt,
-                                   root);
-}
 
 size_t total(std::span<const size_t> counts) {
   return std::accumulate(counts.begin(), counts.end(), size_t{0});
@@ -118,13 +110,13 @@ std::shared_ptr<ProcessGroup> CommProcessGroup::make_split_subgroup(std::shared_
 }
 
 template <typename Run>
-WorkPtr CommProcessGroup::enqueue(uint64_t seq, const core::OpFingerprint& fp, Run run) {
+WorkPtr CommProcessGroup::enqueue(uint64_t seq, Run run) {
   // One block from this thread's cache: the Work holds the operation (a std::function
   // over a reference stores it in place).
   if (device_) device_->order_after_caller();  // on the caller's thread (comm_device.h)
-  core::OpFingerprint checked = fp;
-  checked.site = issuing_site();  // TDIST_DEBUG=callsite's, else 0
-  auto call = [this, fp = checked, run = std::move(run)](uint64_t n, pg::QueuedWork& work) {
+  // The fingerprint ProcessGroup numbered the call with (its call site included).
+  const core::OpFingerprint& fp = issuing_fingerprint();
+  auto call = [this, fp, run = std::move(run)](uint64_t n, pg::QueuedWork& work) {
     execute(n, fp, work, std::cref(run));
   };
   using Call = pg::QueuedCall<decltype(call)>;
@@ -166,8 +158,12 @@ void CommProcessGroup::execute(uint64_t seq, const core::OpFingerprint& fp, pg::
       ctx.device = device_->ops();
     }
     run(ctx);
-    // A root that only sent: a peer that named another root sent to it too (comm.h).
-    if (fp.root == rank()) comm_->check_arrivals();
+    // A root that only sent: a peer that named another root sent to it too (comm.h). A
+    // reduce's or gather's root receives, where the fingerprints are checked anyway.
+    if (fp.root == rank() &&
+        (fp.kind == core::OpKind::kBroadcast || fp.kind == core::OpKind::kScatter)) {
+      comm_->check_arrivals();
+    }
     if (device_) work.set_cuda_event(device_->complete());
     note_finished(seq, nullptr, algorithm());
     work.finish();
@@ -229,83 +225,72 @@ std::exception_ptr CommProcessGroup::failure() const {
 WorkPtr CommProcessGroup::do_all_reduce(uint64_t seq, const void* send, void* recv, size_t count,
                                         DType dtype, ReduceOp op) {
   return enqueue(
-      seq, fingerprint(core::OpKind::kAllReduce, dtype, count, op),
-      [=](const coll::Ctx& ctx) { coll::all_reduce(ctx, send, recv, count, dtype, op); });
+      seq, [=](const coll::Ctx& ctx) { coll::all_reduce(ctx, send, recv, count, dtype, op); });
 }
 
 WorkPtr CommProcessGroup::do_broadcast(uint64_t seq, void* data, size_t count, DType dtype,
                                        int root) {
   const size_t bytes = bytes_of(count, dtype);
-  return enqueue(seq, fingerprint(core::OpKind::kBroadcast, dtype, count, {}, root),
-                 [=](const coll::Ctx& ctx) { coll::broadcast(ctx, data, bytes, root); });
+  return enqueue(seq, [=](const coll::Ctx& ctx) { coll::broadcast(ctx, data, bytes, root); });
 }
 
 WorkPtr CommProcessGroup::do_reduce(uint64_t seq, const void* send, void* recv, size_t count,
                                     DType dtype, ReduceOp op, int root) {
   return enqueue(
-      seq, fingerprint(core::OpKind::kReduce, dtype, count, op, root),
-      [=](const coll::Ctx& ctx) { coll::reduce(ctx, send, recv, count, dtype, op, root); });
+      seq, [=](const coll::Ctx& ctx) { coll::reduce(ctx, send, recv, count, dtype, op, root); });
 }
 
 WorkPtr CommProcessGroup::do_all_gather(uint64_t seq, const void* send, void* recv, size_t count,
                                         DType dtype) {
   std::vector<size_t> bytes(static_cast<size_t>(size()), bytes_of(count, dtype));
-  return enqueue(seq, fingerprint(core::OpKind::kAllGather, dtype, count),
-                 [=, bytes = std::move(bytes)](const coll::Ctx& ctx) {
-                   coll::all_gatherv(ctx, send, recv, bytes);
-                 });
+  return enqueue(seq, [=, bytes = std::move(bytes)](const coll::Ctx& ctx) {
+    coll::all_gatherv(ctx, send, recv, bytes);
+  });
 }
 
 WorkPtr CommProcessGroup::do_all_gatherv(uint64_t seq, const void* send, size_t /*send_count*/,
                                          void* recv, std::span<const size_t> recv_counts,
                                          DType dtype) {
-  return enqueue(seq, fingerprint(core::OpKind::kAllGatherv, dtype, total(recv_counts)),
-                 [=, bytes = to_bytes(recv_counts, dtype)](const coll::Ctx& ctx) {
-                   coll::all_gatherv(ctx, send, recv, bytes);
-                 });
+  return enqueue(seq, [=, bytes = to_bytes(recv_counts, dtype)](const coll::Ctx& ctx) {
+    coll::all_gatherv(ctx, send, recv, bytes);
+  });
 }
 
 WorkPtr CommProcessGroup::do_gather(uint64_t seq, const void* send, void* recv, size_t count,
                                     DType dtype, int root) {
   const size_t bytes = bytes_of(count, dtype);
-  return enqueue(seq, fingerprint(core::OpKind::kGather, dtype, count, {}, root),
-                 [=](const coll::Ctx& ctx) { coll::gather(ctx, send, recv, bytes, root); });
+  return enqueue(seq, [=](const coll::Ctx& ctx) { coll::gather(ctx, send, recv, bytes, root); });
 }
 
 WorkPtr CommProcessGroup::do_scatter(uint64_t seq, const void* send, void* recv, size_t count,
                                      DType dtype, int root) {
   const size_t bytes = bytes_of(count, dtype);
-  return enqueue(seq, fingerprint(core::OpKind::kScatter, dtype, count, {}, root),
-                 [=](const coll::Ctx& ctx) { coll::scatter(ctx, send, recv, bytes, root); });
+  return enqueue(seq, [=](const coll::Ctx& ctx) { coll::scatter(ctx, send, recv, bytes, root); });
 }
 
 WorkPtr CommProcessGroup::do_reduce_scatter(uint64_t seq, const void* send, void* recv,
                                             size_t count, DType dtype, ReduceOp op) {
   return enqueue(
-      seq, fingerprint(core::OpKind::kReduceScatter, dtype, count, op),
-      [=](const coll::Ctx& ctx) { coll::reduce_scatter(ctx, send, recv, count, dtype, op); });
+      seq, [=](const coll::Ctx& ctx) { coll::reduce_scatter(ctx, send, recv, count, dtype, op); });
 }
 
 WorkPtr CommProcessGroup::do_all_to_all(uint64_t seq, const void* send, void* recv, size_t count,
                                         DType dtype) {
   std::vector<size_t> bytes(static_cast<size_t>(size()), bytes_of(count, dtype));
-  return enqueue(seq, fingerprint(core::OpKind::kAllToAll, dtype, count),
-                 [=, bytes = std::move(bytes)](const coll::Ctx& ctx) {
-                   all_to_allv_any(ctx, send, bytes, recv, bytes);
-                 });
+  return enqueue(seq, [=, bytes = std::move(bytes)](const coll::Ctx& ctx) {
+    all_to_allv_any(ctx, send, bytes, recv, bytes);
+  });
 }
 
 WorkPtr CommProcessGroup::do_all_to_allv(uint64_t seq, const void* send,
                                          std::span<const size_t> send_counts, void* recv,
                                          std::span<const size_t> recv_counts, DType dtype) {
-  return enqueue(seq, fingerprint(core::OpKind::kAllToAllv, dtype, core::OpFingerprint::kAnyCount),
-                 [=, sb = to_bytes(send_counts, dtype), rb = to_bytes(recv_counts, dtype)](
-                     const coll::Ctx& ctx) { all_to_allv_any(ctx, send, sb, recv, rb); });
+  return enqueue(seq, [=, sb = to_bytes(send_counts, dtype), rb = to_bytes(recv_counts, dtype)](
+                          const coll::Ctx& ctx) { all_to_allv_any(ctx, send, sb, recv, rb); });
 }
 
 WorkPtr CommProcessGroup::do_barrier(uint64_t seq) {
-  return enqueue(seq, fingerprint(core::OpKind::kBarrier),
-                 [](const coll::Ctx& ctx) { coll::barrier(ctx); });
+  return enqueue(seq, [](const coll::Ctx& ctx) { coll::barrier(ctx); });
 }
 
 void CommProcessGroup::abort() {

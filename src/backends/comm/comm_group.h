@@ -98,9 +98,10 @@ class CommProcessGroup : public ProcessGroup {
   WorkPtr do_irecv_any(void* data, size_t count, DType dtype, uint32_t tag) override;
 
  private:
-  // Queues the operation numbered `seq`, described by `fp` (op_queue.h).
+  // Queues the operation numbered `seq` (op_queue.h), checked by the fingerprint
+  // ProcessGroup numbered it with (issuing_fingerprint()).
   template <typename Run>  // Run: void(const coll::Ctx&); defined in comm_group.cc
-  WorkPtr enqueue(uint64_t seq, const core::OpFingerprint& fp, Run run);
+  WorkPtr enqueue(uint64_t seq, Run run);
   void execute(uint64_t seq, const core::OpFingerprint& fp, pg::QueuedWork& work,
                const std::function<void(const coll::Ctx&)>& run);
   // The error operation `seq` failed with, as the group reports it from now on: a

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 
+#include "core/coarse_clock.h"
 #include "tdist/error.h"
 #include "tdist/logging.h"
 #include "transport/core/wire.h"
@@ -295,7 +296,8 @@ bool Engine::wait_for(const Op& op, Deadline deadline) {
   // where both would otherwise wait until the timeout.
   if (!op.is_send && op.peer != kAnySource && op.check().w0 != 0 && !is_control_tag(op.tag) &&
       !is_p2p_tag(op.tag) && !op.probed.load(std::memory_order_relaxed)) {
-    const Deadline probe_at = Deadline::after(kProbeAfter);
+    // The coarse clock: a receive's wait is a hot path, and a tick early or late is nothing.
+    const Deadline probe_at = tdist::core::coarse_deadline_after(kProbeAfter);
     if (deadline.is_never() || probe_at.time() < deadline.time()) {
       if (wait_unprobed(op, probe_at)) return true;
       if (!op.probed.exchange(true)) {
