@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
@@ -93,6 +93,51 @@ TEST(TcpLazyTest, APeerThatIsGoneFailsTheFirstExchangeWithIt) {
   }
   EXPECT_NE(what.find("nothing listens"), std::string::npos) << what;
   EXPECT_LT(Clock::now() - start, 20s) << what;
+}
+
+// Rank 0 posts a receive from any rank (which dials every peer) while rank 1 destroys its
+// Comm, rank 1 starting a little later each round: whether rank 0's dial comes before rank
+// 1 left (a connection, then its goodbye), while it leaves (answered that it left) or after
+// (nothing listens), rank 1 is gone as if it said goodbye, not lost: the Comm stays
+// healthy, the receive from any rank takes rank 2's message, and a receive from rank 1
+// fails. (Before, a dial taken as rank 1 left read as a lost connection.)
+TEST(TcpLazyTest, APeerThatLeavesAsAnAnySourceReceiveDialsItIsGoneNotLost) {
+  for (int round = 0; round < 6; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    run_ranks(
+        3,
+        [&](Comm& comm) {
+          uint64_t value = 0;
+          if (comm.rank() == 1) {
+            std::this_thread::sleep_for(std::chrono::microseconds(400 * round));
+            return;
+          }
+          if (comm.rank() == 2) {
+            value = 42;
+            uint64_t go = 0;
+            comm.irecv(0, p2p_tag(2), &go, sizeof(go))->wait(op_deadline());
+            comm.isend(0, p2p_tag(1), &value, sizeof(value))->wait(op_deadline());
+            return;
+          }
+          auto any = comm.irecv_any(p2p_tag(1), &value, sizeof(value));
+          const auto until = Clock::now() + 20s;
+          while (!engine_of(comm).gone(1) && Clock::now() < until) {
+            EXPECT_FALSE(any->test());
+            std::this_thread::sleep_for(5ms);
+          }
+          ASSERT_TRUE(engine_of(comm).gone(1));
+          EXPECT_EQ(comm.error(), nullptr);
+          uint64_t go = 1;
+          comm.isend(2, p2p_tag(2), &go, sizeof(go))->wait(op_deadline());
+          any->wait(op_deadline());
+          EXPECT_EQ(value, 42u);
+          EXPECT_EQ(any->source(), 2);
+          const std::string what = error_of<PeerError>(
+              [&] { comm.irecv(1, p2p_tag(1), &value, sizeof(value))->wait(op_deadline()); });
+          EXPECT_NE(what.find("destroyed its Comm"), std::string::npos) << what;
+        },
+        lazy_options());
+  }
 }
 
 // How long making a group of 8 takes, with a full mesh and lazily, and a ring exchange

@@ -127,8 +127,17 @@ class Channel {
   // is then made in the background; until it is, the channel reads and writes nothing and
   // its pollfd wakes the core when it is in), and says goodbye only over a connected()
   // channel. A failed connection is reported as lost by read() and write().
+  // A peer found gone before the pair ever connected (it destroyed its Comm, or nothing
+  // listens at its address any more) reads as an end of stream with departed() true: the
+  // core takes it as that peer's goodbye (a receive from any rank goes on; an exchange
+  // with that peer fails), as a connected peer's goodbye frame would be.
+  // leave(): this rank destroys its Comm cleanly, before its goodbye: a connection in the
+  // making is finished (by `deadline`) so that the goodbye goes over it, and the peer's
+  // later dials are answered that this rank left.
   virtual void activate() {}
   virtual bool connected() const { return true; }
+  virtual bool departed() const { return false; }
+  virtual void leave(Deadline /*deadline*/) {}
 
   // Clean close, after the goodbye frame was written: stop sending, drop what is left to
   // read (bounded by `deadline`), so the peer sees an orderly end.

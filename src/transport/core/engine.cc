@@ -131,6 +131,11 @@ bool Engine::connected(int peer) const {
   return peers_[peer]->connected();
 }
 
+bool Engine::gone(int peer) const {
+  if (peer < 0 || peer >= size_ || !peers_[peer]) return false;
+  return peers_[peer]->gone();
+}
+
 RequestPtr Engine::isend(int peer, uint64_t tag, const void* data, size_t bytes) {
   check_args("isend to", peer, tag, data, bytes);
   return post_send(peer, tag, data, bytes, false);

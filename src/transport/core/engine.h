@@ -100,6 +100,9 @@ class Engine final : public Comm {
   // Whether the channels to `peer` are connected: always, except lazy ones (Channel::
   // activate) before the pair's first exchange; false for this rank.
   bool connected(int peer) const;
+  // Whether `peer` said goodbye (destroyed its Comm), or was found gone before its lazy
+  // channels connected (Channel::departed), as this rank has read so far.
+  bool gone(int peer) const;
 
   // For CoreRequest. wait_for returns false when `deadline` passed first. A collective
   // receive still waiting after kProbeAfter probes its peer once (wire.h's kProbeTag).

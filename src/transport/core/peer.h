@@ -105,6 +105,7 @@ class Peer {
   bool carries_device() const { return lanes_.front().channel->device() != nullptr; }
   size_t lane_count() const { return lanes_.size(); }
   bool connected() const { return lanes_.front().channel->connected(); }
+  bool gone() const { return peer_gone_.load(std::memory_order_acquire); }
 
   // The first operation for this peer: lazy channels start connecting (Channel::activate).
   // post_send and post_recv call it; any-source receives call it for every peer.
@@ -288,6 +289,9 @@ class Peer {
   std::string context_aborted_locked(size_t lane, const std::string& payload, Progress* progress)
       TDIST_REQUIRES(recv_mu_);
   std::string end_of_stream_locked(size_t lane, const std::string& why) TDIST_REQUIRES(recv_mu_);
+  // The peer said goodbye on `lane` (its frame, or a lazy channel's departed(), channel.h);
+  // once on every lane it is gone.
+  std::string goodbye_locked(size_t lane) TDIST_REQUIRES(recv_mu_);
   std::string finish_rendezvous_locked(size_t lane, Incoming& done, Progress* progress)
       TDIST_REQUIRES(recv_mu_);
   // Copies a rendezvous's payload out of the peer's memory to `dest` and queues the

@@ -129,7 +129,28 @@ std::string Peer::end_of_stream_locked(size_t lane_index, const std::string& why
   lane.eof = true;
   if (lane.goodbye) return {};  // e.g. a reset after a clean goodbye
   if (!why.empty()) return lost(why);
+  if (lane.channel->departed()) return goodbye_locked(lane_index);  // never connected
   return lost(std::string(kPeerVanished) + " (its process exited or was killed?)");
+}
+
+std::string Peer::goodbye_locked(size_t lane_index) {
+  Lane& lane = lanes_[lane_index];
+  if (!lane.goodbye) {
+    lane.goodbye = true;
+    ++goodbyes_;
+  }
+  // A lane waits for the next message in send order, which was to come on this lane.
+  if (recv_seq_ % nlanes_ == lane_index &&
+      std::any_of(lanes_.begin(), lanes_.end(), [](const Lane& l) { return l.blocked; })) {
+    return lost(out_of_order(recv_seq_, nlanes_));
+  }
+  if (goodbyes_ < nlanes_) return {};
+  peer_gone_.store(true, std::memory_order_release);
+  if (!posted_.empty() || !rv_recvs_.empty()) {
+    return lost(detail::str_cat("it destroyed its Comm while ", posted_.size() + rv_recvs_.size(),
+                                " receive(s) from it were pending"));
+  }
+  return {};
 }
 
 std::string Peer::consume_staged_locked(size_t lane_index, Progress* progress) {
@@ -176,24 +197,7 @@ std::string Peer::start_message_locked(size_t lane_index, const WireHeader& head
   const Check check{header.check[0], header.check[1]};
   Lane& lane = lanes_[lane_index];
   Incoming& incoming = lane.incoming;
-  if (tag == kGoodbyeTag) {
-    if (!lane.goodbye) {
-      lane.goodbye = true;
-      ++goodbyes_;
-    }
-    // A lane waits for the next message in send order, which was to come on this lane.
-    if (recv_seq_ % nlanes_ == lane_index &&
-        std::any_of(lanes_.begin(), lanes_.end(), [](const Lane& l) { return l.blocked; })) {
-      return lost(out_of_order(recv_seq_, nlanes_));
-    }
-    if (goodbyes_ < nlanes_) return {};
-    peer_gone_.store(true, std::memory_order_release);
-    if (!posted_.empty() || !rv_recvs_.empty()) {
-      return lost(detail::str_cat("it destroyed its Comm while ", posted_.size() + rv_recvs_.size(),
-                                  " receive(s) from it were pending"));
-    }
-    return {};
-  }
+  if (tag == kGoodbyeTag) return goodbye_locked(lane_index);
   const bool control = is_control_tag(tag);
   const bool rendezvous = !control && (wire_bytes & kRendezvousBit) != 0;
   const bool device = rendezvous && (wire_bytes & kDeviceBit) != 0;

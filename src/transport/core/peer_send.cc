@@ -528,6 +528,7 @@ void Peer::fail_all(const std::exception_ptr& error, bool tell_peer, const std::
 }
 
 void Peer::say_goodbye(Deadline deadline) {
+  for (Lane& lane : lanes_) lane.channel->leave(deadline);  // lazy channels (channel.h)
   {
     MutexLock lock(send_mu_);
     if (send_error_ || sends_queued()) return;

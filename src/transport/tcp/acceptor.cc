@@ -209,13 +209,17 @@ bool Acceptor::progress(Pending* p) {
   if (why.empty() && static_cast<int>(h.route.sender) == rank_) why = "it claims this rank";
   if (why.empty()) why = sink_->refuse(static_cast<int>(h.route.sender), h.lane);
   const bool crossed = why == AcceptSink::kCrossed;
-  if (!why.empty() && !crossed) {
+  const bool left = why == AcceptSink::kLeft;
+  if (!why.empty() && !crossed && !left) {
     reject(*p, why);
     return true;
   }
   uint8_t reply[kHelloBytes];
   encode_hello(hello_to(rank_, static_cast<int>(h.route.sender), group_id_,
-                        crossed ? kCrossedLane : h.lane, nsocks_),
+                        crossed ? kCrossedLane
+                        : left  ? kLeftLane
+                                : h.lane,
+                        nsocks_),
                reply);
   try {
     link.write_full(reply, kHelloBytes, p->deadline, peer);
@@ -224,7 +228,7 @@ bool Acceptor::progress(Pending* p) {
                      << " failed: " << e.what();
     return true;
   }
-  if (crossed) return true;  // the peer reads the reply, then sees the close
+  if (crossed || left) return true;  // the peer reads the reply, then sees the close
   sink_->take(static_cast<int>(h.route.sender), h.lane, std::move(p->fd), std::move(p->session),
               peer);
   return true;

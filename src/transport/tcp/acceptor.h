@@ -33,9 +33,11 @@ class AcceptSink {
   // What refuse() returns for a lazy dial that crossed this rank's own (lazy_mesh.h): the
   // dialler gets a hello reply on kCrossedLane instead of a closed connection.
   static constexpr const char* kCrossed = "crossed";
+  // ... for a lazy dial that came as this rank destroys its Comm: the reply is on kLeftLane.
+  static constexpr const char* kLeft = "left";
 
   virtual ~AcceptSink() = default;
-  // "" to take a connection from `peer` on `lane`, else why not (or kCrossed).
+  // "" to take a connection from `peer` on `lane`, else why not (or kCrossed, kLeft).
   virtual std::string refuse(int peer, size_t lane) = 0;
   // A connection through its hello. `session` is null without TLS.
   virtual void take(int peer, size_t lane, net::Fd fd, std::unique_ptr<net::tls::Session> session,

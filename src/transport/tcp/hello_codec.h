@@ -18,6 +18,9 @@ constexpr size_t kHelloBytes = 24;
 // The lane of a hello reply that refuses a lazy dial because the two ranks dialled each
 // other at once and the higher one's dial wins (lazy_mesh.h): the dialler then waits for it.
 constexpr uint8_t kCrossedLane = 255;
+// ... because the dialled rank is destroying its Comm (it left the group): the dialler
+// takes the peer as gone (lazy_mesh.h). Never a lane: a peer has at most 254 sockets.
+constexpr uint8_t kLeftLane = 254;
 
 struct Hello {
   HelloRoute route{kHelloMagic, kProtocolVersion};

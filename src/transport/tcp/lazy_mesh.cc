@@ -51,10 +51,17 @@ class LazyChannel final : public core::Channel {
     failed_.store(true, std::memory_order_release);
     signal();
   }
+  // The peer was found gone before the pair connected: read as an end of stream that the
+  // core takes as its goodbye (channel.h's departed()).
+  void depart(const std::string& why) {
+    departed_ = true;
+    fail(why);
+  }
 
   const char* kind() const override { return "tcp"; }
   std::string describe() const override {
     if (core::Channel* c = real()) return c->describe();
+    if (departed()) return "tcp " + address_ + ", never connected: " + failure_;
     return "tcp " + address_ + ", not connected";
   }
   size_t write(const iovec* iov, size_t count, std::string* lost) override {
@@ -64,7 +71,11 @@ class LazyChannel final : public core::Channel {
   }
   size_t read(const iovec* iov, size_t count, bool* eof, std::string* lost) override {
     if (core::Channel* c = real()) return c->read(iov, count, eof, lost);
-    report(lost);
+    if (departed()) {
+      *eof = true;
+    } else {
+      report(lost);
+    }
     return 0;
   }
   bool readable() override {
@@ -103,6 +114,8 @@ class LazyChannel final : public core::Channel {
   }
   void activate() override;
   bool connected() const override { return real() != nullptr; }
+  bool departed() const override { return failed_.load(std::memory_order_acquire) && departed_; }
+  void leave(Deadline deadline) override;
   void close(Deadline deadline) override {
     if (core::Channel* c = real()) c->close(deadline);
   }
@@ -128,6 +141,7 @@ class LazyChannel final : public core::Channel {
   const std::atomic<bool>* const connected_;                 // the peer's, in the mesh
   std::unique_ptr<core::Channel> owned_;  // written once, before *connected_ is set
   std::string failure_;                   // written once, before failed_ is published
+  bool departed_ = false;                 // likewise
   std::atomic<bool> failed_{false};
 };
 
@@ -179,10 +193,23 @@ class LazyMesh final : public AcceptSink {
   void want(int peer) {
     MutexLock lock(mu_);
     PeerState& s = state_[peer];
-    if (s.phase != Phase::kIdle || stopping_.load()) return;
+    if (s.phase != Phase::kIdle || stopping_.load() || leaving_) return;
     s.phase = Phase::kDialing;
     dials_.push_back(peer);
     cv_.notify_all();
+  }
+
+  // This rank destroys its Comm cleanly, `peer`'s goodbye next (channel.h's leave): from
+  // now on a dial from a peer not yet connected is answered kLeft; a connection to `peer`
+  // in the making is waited for (by `deadline`), so that the goodbye goes over it.
+  void leave(int peer, Deadline deadline) {
+    MutexLock lock(mu_);
+    leaving_ = true;
+    PeerState& s = state_[peer];
+    while ((s.phase == Phase::kDialing || s.phase == Phase::kAccepting) && !stopping_.load() &&
+           !deadline.expired()) {
+      cv_.wait_for(mu_, std::min(deadline.remaining(), std::chrono::milliseconds(50)));
+    }
   }
 
   // Never blocks: the acceptor ends within a poll slice (closing the listener), the
@@ -205,6 +232,10 @@ class LazyMesh final : public AcceptSink {
     PeerState& s = state_[peer];
     switch (s.phase) {
       case Phase::kIdle:
+        if (leaving_) {
+          s.phase = Phase::kLeft;
+          return AcceptSink::kLeft;
+        }
         s.phase = Phase::kAccepting;
         return {};
       case Phase::kDialing:
@@ -217,7 +248,10 @@ class LazyMesh final : public AcceptSink {
       case Phase::kDelivered:  // through the peer's own dial, which crossed this one
         if (lane == 0) return AcceptSink::kCrossed;
         break;
+      case Phase::kLeft:
+        return AcceptSink::kLeft;
       case Phase::kFailed:
+      case Phase::kGone:
         break;
     }
     return "rank already connected on this socket index (duplicate)";
@@ -237,8 +271,9 @@ class LazyMesh final : public AcceptSink {
  private:
   // A pair's connection: idle until either side wants it; then this rank dials it, or
   // accepts the peer's dial (which wins when both dial); delivered to the channels once
-  // every lane is through, or failed.
-  enum class Phase { kIdle, kDialing, kAccepting, kDelivered, kFailed };
+  // every lane is through, or failed; or found gone (the peer left, or nothing listens at
+  // its address); or this rank left before the pair connected (leave).
+  enum class Phase { kIdle, kDialing, kAccepting, kDelivered, kFailed, kGone, kLeft };
   struct PeerState {
     Phase phase = Phase::kIdle;
     PeerSocket socket;
@@ -268,6 +303,7 @@ class LazyMesh final : public AcceptSink {
     for (LazyChannel* lane : s.lanes) {
       if (lane != nullptr) lane->published();
     }
+    cv_.notify_all();  // leave() waits for it
   }
 
   // The dialer's socket in its handshake (-1: none), for stop().
@@ -307,10 +343,17 @@ class LazyMesh final : public AcceptSink {
       } else if (why == kCrossedDial) {
         s.phase = Phase::kAccepting;  // its dial is on the way
       } else {
-        s.phase = Phase::kFailed;
+        const bool gone = is_gone_dial(why);
+        s.phase = gone ? Phase::kGone : Phase::kFailed;
         for (LazyChannel* lane : s.lanes) {
-          if (lane != nullptr) lane->fail(why);
+          if (lane == nullptr) continue;
+          if (gone) {
+            lane->depart(why.substr(kGoneDial.size()));
+          } else {
+            lane->fail(why);
+          }
         }
+        cv_.notify_all();  // leave() waits for it
       }
     }
   }
@@ -328,6 +371,7 @@ class LazyMesh final : public AcceptSink {
   std::vector<PeerState> state_ TDIST_GUARDED_BY(mu_);
   std::deque<int> dials_ TDIST_GUARDED_BY(mu_);
   int dialing_fd_ TDIST_GUARDED_BY(mu_) = -1;
+  bool leaving_ TDIST_GUARDED_BY(mu_) = false;  // this rank destroys its Comm (leave)
   std::atomic<bool> stopping_{false};
   std::unique_ptr<Acceptor> acceptor_;
   std::thread dialer_;
@@ -347,6 +391,8 @@ LazyChannel::~LazyChannel() { mesh_->forget(peer_, lane_); }
 
 void LazyChannel::activate() { mesh_->want(peer_); }
 
+void LazyChannel::leave(Deadline deadline) { mesh_->leave(peer_, deadline); }
+
 void LazyChannel::shut_down() {
   if (core::Channel* c = real()) c->shut_down();
   mesh_->stop();
@@ -357,7 +403,7 @@ void LazyChannel::shut_down() {
 std::vector<std::vector<std::unique_ptr<core::Channel>>> make_lazy_mesh(
     Store& store, int rank, int size, const std::vector<bool>& peers, int first,
     const LazyMeshOptions& options, Deadline deadline) {
-  TDIST_CHECK(options.nsocks >= 1 && options.nsocks <= 255, InvalidArgument,
+  TDIST_CHECK(options.nsocks >= 1 && options.nsocks <= kLeftLane, InvalidArgument,
               "TCP transport: ", options.nsocks, " sockets per peer is out of range");
   const auto start = Clock::now();
   const uint64_t group_id = group_nonce(store, "group_id", rank == first, deadline);

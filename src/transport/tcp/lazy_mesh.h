@@ -21,11 +21,20 @@
 // need it (or from the peers that abort in turn), not at once; and a wrong token or
 // certificate shows at a pair's first exchange (PeerError naming the AuthError), not at
 // setup.
-// Failure: a dial that finds nothing listening (the peer is gone: it published its address
-// only after it began to listen) or that does not get through by the group's setup timeout
-// fails that peer's channels, which the core reports as lost (PeerError "connection to
-// rank P (tcp to rank P, never connected: ...) lost"). An aborted Comm (shut_down) stops the
-// mesh: it closes its listener and dials no more, so a peer that dials it later fails fast.
+// Leaving: a rank that destroys its Comm cleanly (Channel::leave, before its goodbyes)
+// finishes the connections in the making, so that its goodbye goes over them, and answers
+// later dials that it left (hello_codec.h's kLeftLane). A dial so answered, or one that
+// finds nothing listening (it published its address only after it began to listen, so the
+// peer destroyed its Comm, exited or was killed), finds the peer gone: its channels read as
+// departed (channel.h), which the core takes as the peer's goodbye, as a full mesh would
+// have read it: a receive from any rank goes on, an exchange with that peer fails
+// (PeerError "connection to rank P (tcp ..., never connected: nothing listens at ...)
+// lost: it destroyed its Comm ..."), the Comm stays healthy until then.
+// Failure: a dial that does not get through by the group's setup timeout, or is refused
+// (a wrong token or certificate), fails that peer's channels, which the core reports as
+// lost (PeerError "connection to rank P (tcp ..., not connected) lost: never connected:
+// ..."). An aborted Comm (shut_down) stops the mesh: it closes its listener and dials no
+// more, so a peer that dials it later finds nothing listening: gone, within a second.
 // Thread-safety: LazyChannel as core/channel.h; the mesh's own threads touch its state under
 // its lock.
 #pragma once

@@ -108,10 +108,14 @@ std::string connect_lane(int rank, int peer, uint64_t group_id, size_t lane, siz
                 net::auth::kTokenHint, ")");
   }
   Hello reply = decode_hello(hello);
-  if (reply.lane == kCrossedLane) {
+  if (reply.lane == kCrossedLane || reply.lane == kLeftLane) {
     Hello checked = reply;
     checked.lane = 0;
-    if (check_hello(checked, group_id, nsocks, rank, peer, peer).empty()) return kCrossedDial;
+    if (check_hello(checked, group_id, nsocks, rank, peer, peer).empty()) {
+      if (reply.lane == kCrossedLane) return kCrossedDial;
+      return detail::str_cat(kGoneDial, "rank ", peer,
+                             " destroyed its Comm as this rank dialled it");
+    }
   }
   std::string why = check_hello(reply, group_id, nsocks, rank, peer, peer);
   if (why.empty() && reply.lane != lane) {
@@ -143,7 +147,7 @@ std::string dial_peer(int rank, int peer, const std::string& address, uint64_t g
         std::string why = connect_lane(rank, peer, group_id, lane, nsocks, key, tls, hp, attempt,
                                        deadline, retry, out);
         if (why.empty()) break;
-        if (why == kCrossedDial) return why;
+        if (why == kCrossedDial || is_gone_dial(why)) return why;
         last_error = "bad hello reply: " + why;
         TDIST_LOG(kWarn) << "TCP transport rank " << rank << ": " << address << " (rank " << peer
                          << "): " << last_error;
@@ -154,7 +158,7 @@ std::string dial_peer(int rank, int peer, const std::string& address, uint64_t g
         if (retry.connect_timeout.count() > 0 &&
             std::string_view(e.what()).find("could not connect") != std::string_view::npos) {
           return detail::str_cat(
-              "nothing listens at ", address,
+              kGoneDial, "nothing listens at ", address,
               " any more (the peer destroyed its Comm, exited or was killed): ", last_error);
         }
       } catch (const PeerError& e) {
@@ -171,7 +175,7 @@ std::vector<PeerSocket> build_mesh(Store& store, int rank, int size, const std::
                                    int first, const std::string& local_ip, size_t nsocks,
                                    const std::shared_ptr<const net::tls::Context>& tls,
                                    Deadline deadline) {
-  TDIST_CHECK(nsocks >= 1 && nsocks <= 255, InvalidArgument, "TCP transport: ", nsocks,
+  TDIST_CHECK(nsocks >= 1 && nsocks <= kLeftLane, InvalidArgument, "TCP transport: ", nsocks,
               " sockets per peer is out of range");
   std::vector<PeerSocket> sockets(static_cast<size_t>(size));
   for (PeerSocket& s : sockets) {

@@ -28,6 +28,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "net/auth.h"
@@ -63,6 +64,10 @@ struct DialRetry {
 // What dial_peer returns when the peer refused the dial because it dials this rank itself
 // (lazy connections: its dial is the one kept).
 inline constexpr const char* kCrossedDial = "crossed: the peer dials this rank";
+// What dial_peer's answer starts with when the peer is gone (lazy connections): it answered
+// that it is destroying its Comm (kLeftLane), or nothing listens at its address any more.
+inline constexpr std::string_view kGoneDial = "gone: ";
+inline bool is_gone_dial(const std::string& why) { return why.rfind(kGoneDial, 0) == 0; }
 
 // Connects to `peer` (a lower rank in a full mesh), listening at `address`, on every lane
 // (TLS, token and hello as above): "" when every lane is in out->fds, else why not.
