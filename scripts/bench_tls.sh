@@ -37,7 +37,7 @@ cipher_gbs() {  # [PROCS]: openssl speed's AES-128-GCM at 16 KiB blocks, GB/s pe
 run() {  # LABEL [ENV...]: "LABEL BYTES BUSBW" per size
   local label=$1
   shift
-  env "$@" "$bench" --nproc 2 --bind core --backend tcp -b 1M -e 64M -f 4 -n 20 -w 2 -c 0 |
+  env "$@" "$bench" --nproc 2 --bind core --backend tcp -b 1M -e 64M -f 4 -n 50 -w 5 -c 0 |
     awk -v l="$label" '$1 ~ /^[0-9]+$/ { print l, $1, $8 }'
 }
 tls=(TDIST_TLS_CERT="$tmp/node.pem" TDIST_TLS_KEY="$tmp/node.key" TDIST_TLS_CA="$tmp/ca.pem")

@@ -22,73 +22,27 @@
 namespace tdist::net::tls {
 namespace {
 
-// The most a TLS record takes on the wire (RFC 8446: 2^14 bytes of payload plus 256).
-constexpr size_t kMaxRecordBytes = (size_t{1} << 14) + 256;
-
-// The socket under a Session's BIO, the errno of its last failed call, and the records
-// gathered for one send (Session::gather_writes): out[sent..size) waits to go.
+// The socket under a Session's BIO and the errno of its last failed call.
 struct BioState {
   int fd = -1;
   int error = 0;
-  size_t gather = 0;               // 0: a send per record
-  std::unique_ptr<uint8_t[]> out;  // gather + kMaxRecordBytes
-  size_t size = 0;
-  size_t sent = 0;
 };
-
-// One non-blocking send (EINTR retried): the bytes sent, or -1 with errno set.
-ssize_t send_nowait(int fd, const void* data, size_t size) {
-  while (true) {
-    const ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n >= 0 || errno != EINTR) return n;
-  }
-}
-
-bool would_block() { return errno == EAGAIN || errno == EWOULDBLOCK; }
-
-// Sends the gathered bytes, as many as the socket takes; true once all went.
-bool send_gathered(BioState& state) {
-  while (state.sent < state.size) {
-    const ssize_t n = send_nowait(state.fd, state.out.get() + state.sent, state.size - state.sent);
-    if (n < 0) {
-      if (!would_block()) state.error = errno;
-      return false;
-    }
-    state.sent += static_cast<size_t>(n);
-  }
-  state.size = state.sent = 0;
-  return true;
-}
 
 int bio_write(BIO* bio, const char* data, int size) {
   auto* state = static_cast<BioState*>(BIO_get_data(bio));
   BIO_clear_retry_flags(bio);
-  if (state->gather > 0) {
-    const auto n = static_cast<size_t>(size);
-    if (state->size - state->sent + n > state->gather && !send_gathered(*state)) {
-      if (state->error != 0) return -1;
-      if (state->size - state->sent + n > state->gather) {
-        BIO_set_retry_write(bio);
-        return -1;
-      }
+  while (true) {
+    const ssize_t n =
+        ::send(state->fd, data, static_cast<size_t>(size), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n >= 0) return static_cast<int>(n);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      BIO_set_retry_write(bio);
+    } else {
+      state->error = errno;
     }
-    if (state->sent > 0) {  // drop what went: at most gather bytes wait, and n fits after
-      std::memmove(state->out.get(), state->out.get() + state->sent, state->size - state->sent);
-      state->size -= state->sent;
-      state->sent = 0;
-    }
-    std::memcpy(state->out.get() + state->size, data, n);
-    state->size += n;
-    return size;
+    return -1;
   }
-  const ssize_t n = send_nowait(state->fd, data, static_cast<size_t>(size));
-  if (n >= 0) return static_cast<int>(n);
-  if (would_block()) {
-    BIO_set_retry_write(bio);
-  } else {
-    state->error = errno;
-  }
-  return -1;
 }
 
 int bio_read(BIO* bio, char* data, int size) {
@@ -192,7 +146,7 @@ Context::Context(const Config& config) {
     SSL_CTX_set_ciphersuites(ctx_,
                              "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:"
                              "TLS_CHACHA20_POLY1305_SHA256");
-    // No read ahead by default (Session::read_ahead turns it on for a stream).
+    // No read ahead: a session reads no further than the record it needs (sealed_stream.h).
 
     const std::string cert = require_file("TDIST_TLS_CERT", config.cert);
     TDIST_CHECK(SSL_CTX_use_certificate_chain_file(ctx_, cert.c_str()) == 1, InvalidArgument,
@@ -242,7 +196,7 @@ bool looks_like_tls(const uint8_t* first3) {
 }
 
 Session::Session(std::shared_ptr<const Context> context, int fd, Role role)
-    : context_(std::move(context)), fd_(fd) {
+    : context_(std::move(context)), fd_(fd), role_(role) {
   ERR_clear_error();
   ssl_ = SSL_new(context_->raw());
   TDIST_CHECK(ssl_ != nullptr, Error, "TLS: ", openssl_errors());
@@ -340,31 +294,13 @@ void Session::release_idle_buffers() { SSL_set_mode(ssl_, SSL_MODE_RELEASE_BUFFE
 
 bool Session::has_pending() const { return SSL_pending(ssl_) > 0; }
 
-void Session::gather_writes(size_t bytes) {
-  auto* state = static_cast<BioState*>(BIO_get_data(SSL_get_wbio(ssl_)));
-  state->out = std::make_unique_for_overwrite<uint8_t[]>(bytes + kMaxRecordBytes);
-  state->gather = bytes;
-}
-
-Session::Status Session::flush() {
-  auto* state = static_cast<BioState*>(BIO_get_data(SSL_get_wbio(ssl_)));
-  state->error = 0;
-  socket_errno_ = 0;
-  if (send_gathered(*state)) return Status::kOk;
-  if (state->error == 0) return Status::kWantWrite;
-  socket_errno_ = state->error;
-  error_ = detail::str_cat("TLS write failed: ", std::strerror(state->error));
-  return Status::kFailed;
-}
-
-void Session::read_ahead(size_t bytes) {
-  SSL_set_default_read_buffer_len(ssl_, bytes);
-  SSL_set_read_ahead(ssl_, 1);
-}
-
-bool Session::has_unsent() const {
-  const auto* state = static_cast<const BioState*>(BIO_get_data(SSL_get_wbio(ssl_)));
-  return state->sent < state->size;
+bool Session::export_keying_material(const char* label, const uint8_t* context,
+                                     size_t context_bytes, uint8_t* out, size_t bytes) {
+  ERR_clear_error();
+  const bool ok = SSL_export_keying_material(ssl_, out, bytes, label, std::strlen(label), context,
+                                             context_bytes, 1) == 1;
+  ERR_clear_error();
+  return ok;
 }
 
 void Session::shutdown() {

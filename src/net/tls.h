@@ -6,7 +6,8 @@
 // none; with none, nothing changes. With them, every store and tcp-transport connection
 // speaks TLS 1.3 from its first byte, and both ends must present a certificate that the CA
 // signed (no host names are checked: the CA decides who belongs to the job). Token
-// authentication (auth.h), when set, then runs inside the TLS connection.
+// authentication (auth.h), when set, then runs inside the TLS connection. The tcp
+// transport's bulk bytes then go in frames keyed by the session (sealed_stream.h).
 //
 // A Session is one TLS connection over a connected, non-blocking socket that it does not
 // own. Its I/O goes through send(MSG_NOSIGNAL)/recv, so a peer that vanished is an error,
@@ -91,21 +92,11 @@ class Session {
   // Whether decrypted bytes wait inside the session (the socket may then never be readable
   // again for them: read before sleeping).
   bool has_pending() const;
-  // Gathering writes (for a stream of many records): from now on the records write()
-  // makes gather in the session, up to `bytes` of them, and go to the socket in one send
-  // when that fills or at flush(), instead of a send per record. write() then says
-  // kWantWrite only when the gathered bytes fill `bytes` and the socket takes none.
-  void gather_writes(size_t bytes);
-  // Sends what gathered, as much as the socket takes: kOk when all went, kWantWrite when
-  // some wait for room, kFailed (error()) when the socket failed.
-  Status flush();
-  // Whether gathered bytes wait to be sent (flush() until it says kOk).
-  bool has_unsent() const;
-  // Reading ahead: each read of the socket takes up to `bytes` (several records) into the
-  // session, not a record header and then its body. A read() that says kWantRead has still
-  // left no whole record inside (OpenSSL decrypts every whole record it holds before it
-  // asks the socket), so has_pending() keeps its promise.
-  void read_ahead(size_t bytes);
+  // RFC 8446 7.5's exporter (established sessions): `bytes` of keying material for `label`
+  // and `context`, the same at both ends; false when OpenSSL fails.
+  bool export_keying_material(const char* label, const uint8_t* context, size_t context_bytes,
+                              uint8_t* out, size_t bytes);
+  Role role() const { return role_; }
   // Best effort, non-blocking: tells the peer that this side is done (close_notify).
   void shutdown();
   // Frees the session's buffers whenever they are empty (for servers with many idle
@@ -129,6 +120,7 @@ class Session {
   std::shared_ptr<const Context> context_;
   SSL* ssl_ = nullptr;
   int fd_;
+  Role role_;
   std::string error_;
   bool rejected_ = false;
   int socket_errno_ = 0;

@@ -1,4 +1,4 @@
-// TlsChannel: the TCP channel's bytes through a TLS session, one session call at a time.
+// TlsChannel: the TCP channel's bytes in sealed frames (net/sealed_stream.h).
 #include "transport/tcp/tls_channel.h"
 
 #include <sys/socket.h>
@@ -13,14 +13,51 @@
 namespace tdist::transport::tcp {
 namespace {
 
-using Status = net::tls::Session::Status;
+using net::tls::SealedStream;
 
-bool wants(Status s) { return s == Status::kWantRead || s == Status::kWantWrite; }
+constexpr size_t kMaxPieces = 16;
+constexpr size_t kFrameCap = SealedStream::kMaxFrameBytes + SealedStream::kOverheadBytes;
+// A frame holds fewer bytes only where the iovecs end: no small frames while the send
+// buffer is nearly full (the core comes back when the socket took some).
+constexpr size_t kMinFrameBytes = 4096;
 
-// Whether the peer's end of the stream has been reached on `fd` (EOF pending or seen).
-bool at_eof(int fd) {
-  char byte;
-  return ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+// A position in a list of iovecs.
+struct Cursor {
+  const iovec* iov;
+  size_t count;
+  size_t i = 0;
+  size_t offset = 0;
+
+  // The next bytes, up to `bytes`, as at most kMaxPieces pieces in `out`: how many bytes
+  // they cover.
+  size_t pieces(size_t bytes, iovec* out, size_t* n) const {
+    size_t covered = 0;
+    *n = 0;
+    for (size_t j = i, at = offset; j < count && covered < bytes && *n < kMaxPieces; ++j, at = 0) {
+      const size_t take = std::min(iov[j].iov_len - at, bytes - covered);
+      if (take == 0) continue;
+      out[(*n)++] = {static_cast<uint8_t*>(iov[j].iov_base) + at, take};
+      covered += take;
+    }
+    return covered;
+  }
+  void advance(size_t bytes) {
+    while (bytes > 0) {
+      const size_t step = std::min(bytes, iov[i].iov_len - offset);
+      offset += step;
+      bytes -= step;
+      if (offset == iov[i].iov_len) {
+        ++i;
+        offset = 0;
+      }
+    }
+  }
+};
+
+size_t total_of(const iovec* iov, size_t count) {
+  size_t total = 0;
+  for (size_t i = 0; i < count; ++i) total += iov[i].iov_len;
+  return total;
 }
 
 }  // namespace
@@ -30,124 +67,143 @@ TlsChannel::TlsChannel(net::Fd fd, std::unique_ptr<net::tls::Session> session, s
     : fd_(std::move(fd)),
       address_(std::move(address)),
       session_(std::move(session)),
-      staging_(kRecordBytes) {
+      stream_(*session_),
+      out_(std::make_unique_for_overwrite<uint8_t[]>(kBufferBytes)),
+      in_(std::make_unique_for_overwrite<uint8_t[]>(kBufferBytes + kFrameCap)),
+      plain_(std::make_unique_for_overwrite<uint8_t[]>(SealedStream::kMaxFrameBytes)) {
   net::prepare_stream(fd_.get(), socket_buffer_bytes);
-  session_->gather_writes(kGatherBytes);
-  session_->read_ahead(kGatherBytes);
 }
 
 size_t TlsChannel::write(const iovec* iov, size_t count, std::string* lost) {
-  const size_t taken = write_records(iov, count, lost);
-  if (!lost->empty()) return taken;
-  MutexLock lock(mu_);
-  const Status status = session_->flush();
-  if (status == Status::kWantWrite) {
-    writable_.store(false, std::memory_order_relaxed);  // holds_unsent() brings the core back
-  } else if (status != Status::kOk) {
-    *lost = session_->error();
+  MutexLock lock(send_mu_);
+  if (!send_locked(lost)) return 0;
+  if (out_begin_ > 0) {  // keep what waits at the front: the rest of the buffer is room
+    std::memmove(out_.get(), out_.get() + out_begin_, out_end_ - out_begin_);
+    out_end_ -= out_begin_;
+    out_begin_ = 0;
   }
+  const size_t total = total_of(iov, count);
+  Cursor cursor{iov, count};
+  size_t taken = 0;
+  while (taken < total) {
+    const size_t room = kBufferBytes - out_end_;
+    const size_t left = total - taken;
+    if (room < SealedStream::kOverheadBytes + std::min(left, kMinFrameBytes)) break;
+    const size_t want =
+        std::min({left, SealedStream::kMaxFrameBytes, room - SealedStream::kOverheadBytes});
+    iovec pieces[kMaxPieces];
+    size_t n = 0;
+    const size_t bytes = cursor.pieces(want, pieces, &n);
+    stream_.seal(pieces, n, bytes, out_.get() + out_end_);
+    out_end_ += bytes + SealedStream::kOverheadBytes;
+    cursor.advance(bytes);
+    taken += bytes;
+  }
+  send_locked(lost);
   return taken;
 }
 
-bool TlsChannel::holds_unsent() {
-  MutexLock lock(mu_);
-  return retry_bytes_ > 0 || session_->has_unsent();
-}
-
-size_t TlsChannel::write_records(const iovec* iov, size_t count, std::string* lost) {
-  size_t taken = 0;
-  size_t i = 0;  // the next byte to take: iov[i] at `offset`
-  size_t offset = 0;
-  auto advance = [&](size_t n) {
-    taken += n;
-    while (n > 0) {
-      const size_t step = std::min(n, iov[i].iov_len - offset);
-      offset += step;
-      n -= step;
-      if (offset == iov[i].iov_len) {
-        ++i;
-        offset = 0;
-      }
-    }
-  };
-  while (true) {
-    MutexLock lock(mu_);
-    while (i < count && offset == iov[i].iov_len) {
-      ++i;
-      offset = 0;
-    }
-    const bool retry = retry_bytes_ > 0;
-    if (!retry && i == count) return taken;
-    const uint8_t* data = staging_.data();
-    size_t size = retry_bytes_;
-    if (!retry) {
-      const size_t rest = iov[i].iov_len - offset;
-      if (rest >= kRecordBytes) {  // a large payload: a full record straight from it
-        data = static_cast<const uint8_t*>(iov[i].iov_base) + offset;
-        size = kRecordBytes;
-      } else {  // small pieces: as many of them as one record holds
-        for (size_t j = i, at = offset; j < count && size < kRecordBytes; ++j, at = 0) {
-          const size_t n = std::min(iov[j].iov_len - at, kRecordBytes - size);
-          std::memcpy(staging_.data() + size, static_cast<const uint8_t*>(iov[j].iov_base) + at, n);
-          size += n;
-        }
-      }
-    }
-    const net::tls::Session::Io io = session_->write(data, size);
-    if (io.status == Status::kOk) {
-      if (retry) {  // part of a committed record: counted as taken before
-        retry_bytes_ -= io.bytes;
-        std::memmove(staging_.data(), staging_.data() + io.bytes, retry_bytes_);
-      } else {
-        advance(io.bytes);
-      }
+bool TlsChannel::send_locked(std::string* lost) {
+  while (out_begin_ < out_end_) {
+    const ssize_t n = ::send(fd_.get(), out_.get() + out_begin_, out_end_ - out_begin_,
+                             MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n >= 0) {
+      out_begin_ += static_cast<size_t>(n);
       continue;
     }
-    if (wants(io.status)) {
-      // OpenSSL holds this record now and must be asked for these same bytes again: keep
-      // them and count them as taken, so the core's next write may be anything.
-      if (!retry) {
-        if (data != staging_.data()) std::memcpy(staging_.data(), data, size);
-        retry_bytes_ = size;
-        advance(size);
-      }
-      write_wants_read_.store(io.status == Status::kWantRead, std::memory_order_relaxed);
-      writable_.store(false, std::memory_order_relaxed);
-      return taken;
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      *lost = detail::str_cat("TLS write failed: ", std::strerror(errno));
+      return false;
     }
-    *lost = session_->error();
-    return taken;
+    writable_.store(false, std::memory_order_relaxed);  // holds_unsent() brings the core back
+    break;
   }
+  if (out_begin_ == out_end_) out_begin_ = out_end_ = 0;
+  unsent_.store(out_begin_ < out_end_, std::memory_order_release);
+  return true;
 }
 
 size_t TlsChannel::read(const iovec* iov, size_t count, bool* eof, std::string* lost) {
+  MutexLock lock(recv_mu_);
+  const size_t total = total_of(iov, count);
+  Cursor cursor{iov, count};
   size_t got = 0;
-  for (size_t i = 0; i < count; ++i) {
-    auto* base = static_cast<uint8_t*>(iov[i].iov_base);
-    size_t offset = 0;
-    while (offset < iov[i].iov_len) {
-      MutexLock lock(mu_);
-      if (ended_) return report_end_locked(got, eof, lost);
-      const net::tls::Session::Io io = session_->read(base + offset, iov[i].iov_len - offset);
-      if (io.status == Status::kOk) {
-        offset += io.bytes;
-        got += io.bytes;
+  while (got < total) {
+    if (plain_begin_ < plain_end_) {  // the rest of a frame opened aside
+      iovec pieces[kMaxPieces];
+      size_t n = 0;
+      const size_t bytes = cursor.pieces(plain_end_ - plain_begin_, pieces, &n);
+      for (size_t j = 0; j < n; ++j) {
+        std::memcpy(pieces[j].iov_base, plain_.get() + plain_begin_, pieces[j].iov_len);
+        plain_begin_ += pieces[j].iov_len;
+      }
+      cursor.advance(bytes);
+      got += bytes;
+      continue;
+    }
+    const size_t avail = in_end_ - in_begin_;
+    if (!ended_ && avail >= SealedStream::kLengthBytes) {
+      const uint8_t* frame = in_.get() + in_begin_;
+      const size_t bytes = SealedStream::plain_bytes(frame);
+      if (bytes == 0 || bytes > SealedStream::kMaxFrameBytes) {
+        ended_ = true;
+        end_ = detail::str_cat("TLS: a frame from ", address_, " announces ", bytes,
+                               " bytes (a corrupt stream)");
         continue;
       }
-      if (wants(io.status)) {
-        read_wants_write_.store(io.status == Status::kWantWrite, std::memory_order_relaxed);
-        // Nothing decrypted is left when OpenSSL wants the socket; checked, not assumed.
-        readable_.store(session_->has_pending(), std::memory_order_relaxed);
-        return got;
+      if (avail >= bytes + SealedStream::kOverheadBytes) {
+        iovec pieces[kMaxPieces];
+        size_t n = 0;
+        const bool direct = cursor.pieces(bytes, pieces, &n) == bytes;
+        if (!direct) {
+          pieces[0] = {plain_.get(), bytes};
+          n = 1;
+        }
+        if (!stream_.open(frame, pieces, n)) {
+          ended_ = true;
+          end_ = detail::str_cat("TLS: a frame from ", address_,
+                                 " failed authentication (an altered or corrupt stream)");
+          continue;
+        }
+        in_begin_ += bytes + SealedStream::kOverheadBytes;
+        if (direct) {
+          cursor.advance(bytes);
+          got += bytes;
+        } else {
+          plain_begin_ = 0;
+          plain_end_ = bytes;
+        }
+        continue;
       }
-      // close_notify, or the peer vanished (OpenSSL 3: "unexpected eof while reading"):
-      // the end of the stream; else the error.
-      ended_ = true;
-      if (io.status != Status::kClosed && !at_eof(fd_.get())) end_ = session_->error();
-      return report_end_locked(got, eof, lost);
+    }
+    if (ended_) return report_end_locked(got, eof, lost);
+    const size_t capacity = kBufferBytes + kFrameCap;
+    if (in_begin_ == in_end_) {
+      in_begin_ = in_end_ = 0;
+    } else if (capacity - in_end_ < kFrameCap) {  // make room for a whole frame
+      std::memmove(in_.get(), in_.get() + in_begin_, in_end_ - in_begin_);
+      in_end_ -= in_begin_;
+      in_begin_ = 0;
+    }
+    const ssize_t n = ::recv(fd_.get(), in_.get() + in_end_, capacity - in_end_, MSG_DONTWAIT);
+    if (n > 0) {
+      in_end_ += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      readable_.store(false, std::memory_order_relaxed);  // nothing whole waits here
+      return got;
+    }
+    ended_ = true;
+    if (n < 0) {
+      end_ = detail::str_cat("TLS read failed: ", std::strerror(errno));
+    } else if (in_end_ > in_begin_) {
+      end_ = detail::str_cat("TLS: the connection from ", address_, " ended inside a frame");
     }
   }
-  return got;  // full: more may wait inside the session, so readable_ stays set
+  return got;  // full: more may wait here, so readable_ stays set
 }
 
 // The core takes the end of the stream as final once it is reported, so it is reported by
@@ -164,54 +220,30 @@ size_t TlsChannel::report_end_locked(size_t got, bool* eof, std::string* lost) {
 
 pollfd TlsChannel::poll_for(bool want_read, bool want_write) {
   short events = 0;
-  if (want_read) {
-    events |= read_wants_write_.load(std::memory_order_relaxed) ? POLLOUT : POLLIN | POLLRDHUP;
-  }
-  if (want_write) events |= write_wants_read_.load(std::memory_order_relaxed) ? POLLIN : POLLOUT;
+  if (want_read) events |= POLLIN | POLLRDHUP;
+  if (want_write) events |= POLLOUT;
   return {fd_.get(), events, 0};
 }
 
 void TlsChannel::on_poll(short revents) {
   if ((revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) != 0) {
     readable_.store(true, std::memory_order_relaxed);
-    if (write_wants_read_.exchange(false, std::memory_order_relaxed)) {
-      writable_.store(true, std::memory_order_relaxed);
-    }
   }
   // A hang-up reported while writing: let the write notice it.
   if ((revents & (POLLOUT | POLLHUP | POLLERR)) != 0) {
     writable_.store(true, std::memory_order_relaxed);
-    if (read_wants_write_.exchange(false, std::memory_order_relaxed)) {
-      readable_.store(true, std::memory_order_relaxed);
-    }
   }
 }
 
 void TlsChannel::close(Deadline deadline) {
-  // A committed record goes out first, then close_notify after the gathered records, all
-  // bounded by the deadline.
-  bool notified = false;
   while (true) {
-    Status status = Status::kOk;
     {
-      MutexLock lock(mu_);
-      if (retry_bytes_ > 0) {
-        const net::tls::Session::Io io = session_->write(staging_.data(), retry_bytes_);
-        status = io.status;
-        if (status == Status::kOk) {
-          retry_bytes_ -= io.bytes;
-          std::memmove(staging_.data(), staging_.data() + io.bytes, retry_bytes_);
-          continue;
-        }
-      } else {
-        if (!notified) session_->shutdown();  // best effort: gathered behind the records
-        notified = true;
-        status = session_->flush();
-        if (status == Status::kOk) break;
-      }
+      MutexLock lock(send_mu_);
+      std::string lost;
+      if (!send_locked(&lost) || out_begin_ == out_end_) break;
     }
-    if (!wants(status) || deadline.expired()) break;
-    pollfd p{fd_.get(), static_cast<short>(status == Status::kWantWrite ? POLLOUT : POLLIN), 0};
+    if (deadline.expired()) break;
+    pollfd p{fd_.get(), POLLOUT, 0};
     (void)::poll(&p, 1, deadline.poll_timeout_ms());
   }
   // What is left to read (usually the peer's own goodbye) is dropped, so that close()

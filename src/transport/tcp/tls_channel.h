@@ -1,38 +1,32 @@
 // TlsChannel: the TCP transport's channel (core/channel.h) when TLS is on — one connected,
-// non-blocking TCP socket to a peer, every byte through its TLS session (net/tls.h), which
-// build_mesh (mesh.h) handshook and authenticated.
+// non-blocking TCP socket to a peer whose TLS session (net/tls.h) build_mesh (mesh.h) or
+// the lazy mesh handshook, authenticated and exchanged the hello over. From then on the
+// bytes go in frames sealed under keys exported from that session (net/sealed_stream.h):
+// no more TLS records, so no copies and per-record work of OpenSSL's own.
 //
-// write() coalesces the small leading iovecs (a header, a short payload) into one record
-// of up to 16 KiB (one SSL_write), and hands larger payloads to SSL_write as they are, a
-// record at a time; the session gathers the records (up to 256 KiB) and each write() ends
-// with one send of them (net::tls::Session::gather_writes), not a send per record. What the
-// socket had no room for stays gathered: holds_unsent() brings the core back to write it.
-// When even the gathering is full, a record stays committed inside the session (OpenSSL
-// encrypted it already): write() copies it to its staging buffer, counts it as taken, and
-// sends it first on the next call (or in close()), so the core may write whatever it likes
-// next (OpenSSL requires the same bytes on a retry); holds_unsent() covers it too.
-// The session reads ahead as much (net::tls::Session::read_ahead): one recv for several
-// records, not two per record. read() fills the iovecs from the session until they are
-// full or it has nothing. readable() stays true while decrypted bytes wait inside the
-// session (the socket will not signal them again). A read that needs the socket writable,
-// or a write that needs it readable (TLS may), makes poll_for() ask for that event.
-// close() sends what is gathered and the TLS close_notify, then shuts the sending side and
-// drains like TcpChannel.
+// write() seals the iovecs' bytes, up to 64 KiB per frame, straight into its send buffer
+// (256 KiB) and sends what it holds, as much as the socket takes; what the socket had no
+// room for stays there, sent first next time (holds_unsent() brings the core back for it),
+// and bytes are taken only while the buffer has room. read() receives as much as its
+// receive buffer holds (several frames per recv) and opens each whole frame straight into
+// the iovecs when they have room for all of it, else into a buffer of its own that the
+// next reads drain. readable() stays true while opened bytes or whole frames wait.
+// close() sends what is buffered, then shuts the sending side and drains like TcpChannel.
 //
-// Ownership: owns the socket and the session. Thread-safety: the core serialises each
-// direction, but a read and a write may run at once on two threads; OpenSSL allows one
-// thread at a time on a session, so every session call holds mu_.
-// Failure: a TLS or socket error is reported as lost ("TLS write: ..."), the peer's
-// close_notify or EOF as the end of the stream.
+// Ownership: owns the socket and the session (kept for the exporter). Thread-safety: the
+// core serialises each direction; a read and a write may run at once on two threads, each
+// under its own lock.
+// Failure: a socket error, or a frame that fails to open (tampered, cut or corrupt), is
+// reported as lost ("TLS ..."); EOF between frames as the end of the stream.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "net/fd.h"
+#include "net/sealed_stream.h"
 #include "net/tls.h"
 #include "tdist/thread_annotations.h"
 #include "transport/core/channel.h"
@@ -41,8 +35,8 @@ namespace tdist::transport::tcp {
 
 class TlsChannel final : public core::Channel {
  public:
-  // Takes a connected socket and its established session; `address` ("host:port") names
-  // the peer in messages.
+  // Takes a connected socket and its established session, both ends at the same point of
+  // the stream (sealed_stream.h); `address` ("host:port") names the peer in messages.
   TlsChannel(net::Fd fd, std::unique_ptr<net::tls::Session> session, std::string address,
              size_t socket_buffer_bytes);
 
@@ -52,7 +46,7 @@ class TlsChannel final : public core::Channel {
   size_t read(const iovec* iov, size_t count, bool* eof, std::string* lost) override;
   bool readable() override { return readable_.load(std::memory_order_relaxed); }
   bool writable() override { return writable_.load(std::memory_order_relaxed); }
-  bool holds_unsent() override;
+  bool holds_unsent() override { return unsent_.load(std::memory_order_acquire); }
   void refresh() override {
     readable_.store(true, std::memory_order_relaxed);
     writable_.store(true, std::memory_order_relaxed);
@@ -65,30 +59,40 @@ class TlsChannel final : public core::Channel {
   void close(Deadline deadline) override;
   void shut_down() override;
 
-  // The most bytes of one TLS record: the staging buffer's size.
-  static constexpr size_t kRecordBytes = 16 * 1024;
-  // Records gathered for one send (net::tls::Session::gather_writes), and read ahead.
-  static constexpr size_t kGatherBytes = 256 * 1024;
+  // Sealed frames buffered for one send, and received per recv.
+  static constexpr size_t kBufferBytes = 256 * 1024;
 
  private:
-  // write() without the flush of the gathered records.
-  size_t write_records(const iovec* iov, size_t count, std::string* lost) TDIST_EXCLUDES(mu_);
-  size_t report_end_locked(size_t got, bool* eof, std::string* lost) TDIST_REQUIRES(mu_);
+  // Sends out_[out_begin_, out_end_) as far as the socket takes; false with *lost set when
+  // the socket failed.
+  bool send_locked(std::string* lost) TDIST_REQUIRES(send_mu_);
+  // One whole frame at in_[in_begin_] opened into `iov` (room enough) or into plain_.
+  bool open_frame_locked(const iovec* iov, size_t count, size_t room) TDIST_REQUIRES(recv_mu_);
+  size_t report_end_locked(size_t got, bool* eof, std::string* lost) TDIST_REQUIRES(recv_mu_);
 
   net::Fd fd_;
   const std::string address_;
-  Mutex mu_;
-  const std::unique_ptr<net::tls::Session> session_ TDIST_PT_GUARDED_BY(mu_);
-  // Small iovecs gathered into one record; or the committed record to send again.
-  std::vector<uint8_t> staging_ TDIST_GUARDED_BY(mu_);
-  size_t retry_bytes_ TDIST_GUARDED_BY(mu_) = 0;  // > 0: staging_ holds a committed record
-  bool ended_ TDIST_GUARDED_BY(mu_) = false;      // the session reported the end or an error
-  std::string end_ TDIST_GUARDED_BY(mu_);         // the error ("" = the end of the stream)
-  // readable_ is cleared only when the session has nothing decrypted left (see read()).
-  std::atomic<bool> readable_{true};
+  const std::unique_ptr<net::tls::Session> session_;
+  net::tls::SealedStream stream_;
+
+  Mutex send_mu_;
+  const std::unique_ptr<uint8_t[]> out_;  // sealed frames waiting to be sent
+  size_t out_begin_ TDIST_GUARDED_BY(send_mu_) = 0;
+  size_t out_end_ TDIST_GUARDED_BY(send_mu_) = 0;
+
+  Mutex recv_mu_;
+  const std::unique_ptr<uint8_t[]> in_;     // received bytes: frames, the last maybe partial
+  const std::unique_ptr<uint8_t[]> plain_;  // an opened frame that did not fit the iovecs
+  size_t in_begin_ TDIST_GUARDED_BY(recv_mu_) = 0;
+  size_t in_end_ TDIST_GUARDED_BY(recv_mu_) = 0;
+  size_t plain_begin_ TDIST_GUARDED_BY(recv_mu_) = 0;
+  size_t plain_end_ TDIST_GUARDED_BY(recv_mu_) = 0;
+  bool ended_ TDIST_GUARDED_BY(recv_mu_) = false;  // the stream ended or failed
+  std::string end_ TDIST_GUARDED_BY(recv_mu_);     // the error ("" = the end of the stream)
+
+  std::atomic<bool> readable_{true};  // cleared only when nothing waits here (see read())
   std::atomic<bool> writable_{true};
-  std::atomic<bool> read_wants_write_{false};  // the last read stopped on kWantWrite
-  std::atomic<bool> write_wants_read_{false};  // the last write stopped on kWantRead
+  std::atomic<bool> unsent_{false};  // out_ holds bytes
 };
 
 }  // namespace tdist::transport::tcp
