@@ -16,7 +16,8 @@ namespace {
 using net::tls::SealedStream;
 
 constexpr size_t kMaxPieces = 16;
-constexpr size_t kFrameCap = SealedStream::kMaxFrameBytes + SealedStream::kOverheadBytes;
+constexpr size_t kMaxFrame = SealedStream::kMaxFrameBytes;
+constexpr size_t kFrameCap = kMaxFrame + SealedStream::kOverheadBytes;
 // A frame holds fewer bytes only where the iovecs end: no small frames while the send
 // buffer is nearly full (the core comes back when the socket took some).
 constexpr size_t kMinFrameBytes = 4096;
@@ -67,10 +68,7 @@ TlsChannel::TlsChannel(net::Fd fd, std::unique_ptr<net::tls::Session> session, s
     : fd_(std::move(fd)),
       address_(std::move(address)),
       session_(std::move(session)),
-      stream_(*session_),
-      out_(std::make_unique_for_overwrite<uint8_t[]>(kBufferBytes)),
-      in_(std::make_unique_for_overwrite<uint8_t[]>(kBufferBytes + kFrameCap)),
-      plain_(std::make_unique_for_overwrite<uint8_t[]>(SealedStream::kMaxFrameBytes)) {
+      stream_(*session_) {
   net::prepare_stream(fd_.get(), socket_buffer_bytes);
 }
 
@@ -83,6 +81,7 @@ size_t TlsChannel::write(const iovec* iov, size_t count, std::string* lost) {
     out_begin_ = 0;
   }
   const size_t total = total_of(iov, count);
+  if (total > 0 && !out_) out_ = std::make_unique_for_overwrite<uint8_t[]>(kBufferBytes);
   Cursor cursor{iov, count};
   size_t taken = 0;
   while (taken < total) {
@@ -157,6 +156,7 @@ size_t TlsChannel::read(const iovec* iov, size_t count, bool* eof, std::string* 
         size_t n = 0;
         const bool direct = cursor.pieces(bytes, pieces, &n) == bytes;
         if (!direct) {
+          if (!plain_) plain_ = std::make_unique_for_overwrite<uint8_t[]>(kMaxFrame);
           pieces[0] = {plain_.get(), bytes};
           n = 1;
         }
@@ -179,6 +179,7 @@ size_t TlsChannel::read(const iovec* iov, size_t count, bool* eof, std::string* 
     }
     if (ended_) return report_end_locked(got, eof, lost);
     const size_t capacity = kBufferBytes + kFrameCap;
+    if (!in_) in_ = std::make_unique_for_overwrite<uint8_t[]>(capacity);
     if (in_begin_ == in_end_) {
       in_begin_ = in_end_ = 0;
     } else if (capacity - in_end_ < kFrameCap) {  // make room for a whole frame

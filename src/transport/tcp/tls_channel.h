@@ -75,14 +75,18 @@ class TlsChannel final : public core::Channel {
   const std::unique_ptr<net::tls::Session> session_;
   net::tls::SealedStream stream_;
 
+  // The buffers are made at their first use: a lane that never carries bulk bytes (most
+  // lanes of a large full mesh under a ring algorithm) holds none.
   Mutex send_mu_;
-  const std::unique_ptr<uint8_t[]> out_;  // sealed frames waiting to be sent
+  std::unique_ptr<uint8_t[]> out_ TDIST_GUARDED_BY(send_mu_);  // sealed frames to send
   size_t out_begin_ TDIST_GUARDED_BY(send_mu_) = 0;
   size_t out_end_ TDIST_GUARDED_BY(send_mu_) = 0;
 
   Mutex recv_mu_;
-  const std::unique_ptr<uint8_t[]> in_;     // received bytes: frames, the last maybe partial
-  const std::unique_ptr<uint8_t[]> plain_;  // an opened frame that did not fit the iovecs
+  // Received bytes (frames, the last maybe partial), and a frame opened aside because it
+  // did not fit the iovecs.
+  std::unique_ptr<uint8_t[]> in_ TDIST_GUARDED_BY(recv_mu_);
+  std::unique_ptr<uint8_t[]> plain_ TDIST_GUARDED_BY(recv_mu_);
   size_t in_begin_ TDIST_GUARDED_BY(recv_mu_) = 0;
   size_t in_end_ TDIST_GUARDED_BY(recv_mu_) = 0;
   size_t plain_begin_ TDIST_GUARDED_BY(recv_mu_) = 0;
