@@ -17,8 +17,8 @@
 // the context, well inside AES-GCM's usage limits (RFC 8446 5.5). Frames are in order and
 // numbered implicitly: one dropped, repeated, reordered, cut or altered fails to open.
 // Both ends must switch at the same point of the stream: after the last record either one
-// sent over the session, with nothing read beyond it (the session reads no further ahead
-// than a record unless told to).
+// sent over the session, with nothing read beyond it (a Session reads one record at a
+// time: it never reads ahead).
 //
 // Thread-safety: seal() and open() may run at once on two threads, one each; the session
 // is used only for the exporter, under a lock of this stream's.
