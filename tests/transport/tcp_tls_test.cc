@@ -200,10 +200,10 @@ TEST_F(TcpTlsTest, TwoRanksExchangeSmallAndLargeMessagesBothWaysAtOnce) {
   EXPECT_EQ(codes(outcomes), (std::vector<int>{kOk, kOk}));
 }
 
-// The channel gathers records for one send (tls_channel.h); what a full socket did not
-// take stays gathered after the message was taken whole. Rank 0's 8 MiB message goes to a
+// The channel seals frames into its send buffer (tls_channel.h); what a full socket did not
+// take stays there after the message was taken whole. Rank 0's 8 MiB message goes to a
 // receiver that starts reading late through 64 KiB socket buffers, and rank 0 then only
-// waits for the 1-byte answer that rank 1 sends once it has the message: the gathered tail
+// waits for the 1-byte answer that rank 1 sends once it has the message: the buffered tail
 // must go out with nothing more queued (Channel::holds_unsent), or both wait forever. Also
 // through the lazy mesh's channels, which wrap the TLS channel (`lazy`).
 std::vector<int> send_then_await_answer(RankSetup a, RankSetup b, bool lazy) {

@@ -12,7 +12,8 @@
 namespace tdist::transport::tcp {
 
 constexpr uint32_t kHelloMagic = 0x74644354;  // "tdCT"
-constexpr uint16_t kProtocolVersion = 4;  // 2: sockets per peer; 3: 32-byte headers; 4: sealed TLS frames
+// 2: several sockets per peer; 3: 32-byte headers; 4: TLS bulk bytes in sealed frames.
+constexpr uint16_t kProtocolVersion = 4;
 constexpr size_t kHelloBytes = 24;
 
 // The lane of a hello reply that refuses a lazy dial because the two ranks dialled each

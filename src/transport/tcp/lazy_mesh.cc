@@ -208,7 +208,7 @@ class LazyMesh final : public AcceptSink {
     PeerState& s = state_[peer];
     while ((s.phase == Phase::kDialing || s.phase == Phase::kAccepting) && !stopping_.load() &&
            !deadline.expired()) {
-      cv_.wait_for(mu_, std::min(deadline.remaining(), std::chrono::milliseconds(50)));
+      cv_.wait_for(mu_, deadline.remaining());  // deliver, the dial's end and stop() notify
     }
   }
 

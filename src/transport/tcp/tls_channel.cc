@@ -16,8 +16,7 @@ namespace {
 using net::tls::SealedStream;
 
 constexpr size_t kMaxPieces = 16;
-constexpr size_t kMaxFrame = SealedStream::kMaxFrameBytes;
-constexpr size_t kFrameCap = kMaxFrame + SealedStream::kOverheadBytes;
+constexpr size_t kFrameCap = SealedStream::kMaxFrameBytes + SealedStream::kOverheadBytes;
 // A frame holds fewer bytes only where the iovecs end: no small frames while the send
 // buffer is nearly full (the core comes back when the socket took some).
 constexpr size_t kMinFrameBytes = 4096;
@@ -156,7 +155,8 @@ size_t TlsChannel::read(const iovec* iov, size_t count, bool* eof, std::string* 
         size_t n = 0;
         const bool direct = cursor.pieces(bytes, pieces, &n) == bytes;
         if (!direct) {
-          if (!plain_) plain_ = std::make_unique_for_overwrite<uint8_t[]>(kMaxFrame);
+          if (!plain_)
+            plain_ = std::make_unique_for_overwrite<uint8_t[]>(SealedStream::kMaxFrameBytes);
           pieces[0] = {plain_.get(), bytes};
           n = 1;
         }
