@@ -1,12 +1,15 @@
 // all_reduce algorithms (all_reduce.h): pipelined ring, halving-doubling, recursive
 // doubling, and the two-rank exchange that ring and halving-doubling become for two
 // ranks. All but the out-of-place form of the latter work in place on `recv` after
-// prepare_local() copied and premultiplied the rank's own contribution. Hierarchical:
+// prepare_local() copied and premultiplied the rank's own contribution. Slots: one
+// exchange through shared memory, reduced from there. Hierarchical:
 // phases of the others (and of reduce_scatter, all_gather, reduce, broadcast) on views.
 #include "collectives/all_reduce.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
+#include <optional>
 #include <vector>
 
 #include "collectives/all_gather.h"
@@ -298,6 +301,25 @@ void recursive_doubling(const Ctx& ctx, const Vec& v) {
   fold_out(ctx, v, f, static_cast<uint32_t>(rounds + 1));
 }
 
+// Slots (selection.h): every rank's contribution through shared memory in one exchange
+// (Comm::slot_gather), reduced where it lies in rank order, so every rank gets the same
+// bits; `recv` may be `send`, since the blocks are copies.
+void slots(const Ctx& ctx, const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
+  const int n = ctx.comm.size();
+  const size_t bytes = count * dtype_size(dtype);
+  std::optional<detail::Scratch> scaled;  // premul_sum's scaled contribution
+  if (op.kind == ReduceOpKind::kPremulSum) {
+    scaled.emplace(ctx, bytes);
+    detail::prepare_local(ctx, send, scaled->data(), count, dtype, op);
+    send = scaled->data();
+  }
+  std::array<const void*, kMaxSlotWorld> blocks{};
+  ctx.comm.slot_gather(detail::tag(ctx, 0), send, bytes, blocks.data(), ctx.deadline);
+  detail::reduce(ctx, recv, blocks[0], blocks[1], count, dtype, op);
+  for (int r = 2; r < n; ++r) detail::reduce_into(ctx, recv, blocks[r], count, dtype, op);
+  detail::finish(ctx, recv, count, dtype, op, n);
+}
+
 // Hierarchical (hierarchy.h). Bandwidth form, for equal hosts and vectors above
 // kHierarchicalShards: reduce-scatter inside the host (local rank i keeps shard i of the
 // balanced split), all-reduce of shard i among the ranks with local index i (one per
@@ -406,6 +428,10 @@ void all_reduce(const Ctx& ctx, const void* send, void* recv, size_t count, DTyp
   const int n = ctx.comm.size();
   const Algorithm chosen =
       detail::choose(ctx, Collective::kAllReduce, count * dtype_size(dtype), algo);
+  if (chosen == Algorithm::kSlots && n > 1) {
+    slots(ctx, send, recv, count, dtype, op);
+    return;
+  }
   if (chosen == Algorithm::kHierarchical) {
     if (count > 0) hierarchical(ctx, send, recv, count, dtype, op);
     return;

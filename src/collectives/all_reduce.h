@@ -10,6 +10,9 @@
 // ranks, ring and halving-doubling run the same direct exchange (each rank reduces one
 // half, then sends it back, pipelined in chunks); out of place and without premul_sum it
 // reads `send` where it is and receives straight into `recv` (no copy, no scratch).
+// kSlots (small vectors on one host over shared memory: Comm::slot_gather): every rank's
+// vector goes to every other at once through memory they map, and each rank reduces the
+// copies in rank order (the same bits everywhere); no message, no request.
 // kHierarchical (groups spanning hosts, hierarchy.h): reduce-scatter inside each host,
 // all-reduce of each shard among the ranks with its local index (one per host),
 // all-gather inside each host; for small vectors or unequal hosts, reduce to each host's

@@ -1,6 +1,7 @@
-// barrier (barrier.h): dissemination over zero-byte messages, hierarchical.
+// barrier (barrier.h): dissemination over zero-byte messages, hierarchical, slots.
 #include "collectives/barrier.h"
 
+#include <array>
 #include <vector>
 
 #include "collectives/detail.h"
@@ -51,8 +52,13 @@ void hierarchical(const Ctx& ctx) {
 }  // namespace
 
 void barrier(const Ctx& ctx, Algorithm algo) {
-  if (detail::choose(ctx, Collective::kBarrier, 0, algo) == Algorithm::kHierarchical) {
+  const Algorithm chosen = detail::choose(ctx, Collective::kBarrier, 0, algo);
+  if (chosen == Algorithm::kHierarchical) {
     hierarchical(ctx);
+  } else if (chosen == Algorithm::kSlots && ctx.comm.size() > 1) {
+    // Every rank posts an empty block and waits for every other's (Comm::slot_gather).
+    std::array<const void*, kMaxSlotWorld> blocks{};
+    ctx.comm.slot_gather(detail::tag(ctx, 0), nullptr, 0, blocks.data(), ctx.deadline);
   } else {
     dissemination(ctx);
   }

@@ -49,8 +49,10 @@ inline size_t chunk_elems(const Ctx& ctx, size_t esize) {
 // its settings. The first choice is stored in ctx.chosen, when the context has one.
 inline Algorithm choose(const Ctx& ctx, Collective c, size_t bytes, Algorithm requested) {
   const transport::Topology& topology = ctx.comm.topology();
-  const Algorithm chosen = select_algorithm(c, bytes, ctx.comm.size(), topology.num_hosts(),
-                                            topology.link, requested, ctx.settings.forced(c));
+  const size_t slots = ctx.memory == MemoryKind::kHost ? ctx.comm.slot_bytes() : 0;
+  const Algorithm chosen =
+      select_algorithm(c, bytes, ctx.comm.size(), topology.num_hosts(), topology.link, requested,
+                       ctx.settings.forced(c), slots);
   if (ctx.chosen != nullptr && *ctx.chosen == Algorithm::kAuto) *ctx.chosen = chosen;
   return chosen;
 }

@@ -13,6 +13,12 @@
 // its latency form (all_reduce.cc). With one rank per host (num_hosts == world) there
 // is no intra-host phase and the flat algorithms are chosen as for one host.
 //
+// Slots (kSlots): on one host, where every pair of ranks shares memory and the Comm offers
+// slots (Comm::slot_bytes: 4 KiB over shm), all_reduce up to that size and barrier post
+// each rank's vector to every peer at once and reduce it where it lies: one exchange, no
+// message, no request (issue 35: 0.8-1.1 us per small all_reduce over messages on this
+// machine, against OpenMPI's 0.2-0.4; docs/performance.md has the figures with slots).
+//
 // Flat algorithms, by size: a table of thresholds (bytes of the per-rank vector) per link
 // class (Topology::link: shm when shared memory joins every pair of ranks, tcp otherwise;
 // unknown selects as tcp) and world size 2, 3 and 4, each the largest size at which the
@@ -91,13 +97,15 @@ Thresholds thresholds(LinkClass link, int world) {
 }
 
 constexpr Algorithm kAllReduceAlgos[] = {Algorithm::kRing, Algorithm::kHalvingDoubling,
-                                         Algorithm::kRecursiveDoubling, Algorithm::kHierarchical};
+                                         Algorithm::kRecursiveDoubling, Algorithm::kHierarchical,
+                                         Algorithm::kSlots};
 constexpr Algorithm kTreeAlgos[] = {Algorithm::kBinomial, Algorithm::kChain,
                                     Algorithm::kHierarchical};
 constexpr Algorithm kRingAlgos[] = {Algorithm::kRing, Algorithm::kHierarchical};
 constexpr Algorithm kLinearAlgos[] = {Algorithm::kLinear};
 constexpr Algorithm kPairwiseAlgos[] = {Algorithm::kPairwise};
-constexpr Algorithm kBarrierAlgos[] = {Algorithm::kDissemination, Algorithm::kHierarchical};
+constexpr Algorithm kBarrierAlgos[] = {Algorithm::kDissemination, Algorithm::kHierarchical,
+                                       Algorithm::kSlots};
 
 bool has_hierarchical(Collective c) {
   for (Algorithm a : algorithms_for(c)) {
@@ -170,6 +178,8 @@ std::string_view algorithm_name(Algorithm a) {
       return "dissemination";
     case Algorithm::kHierarchical:
       return "hierarchical";
+    case Algorithm::kSlots:
+      return "slots";
   }
   return "?";
 }
@@ -205,16 +215,21 @@ std::string algorithm_names(Collective c) {
 }
 
 Algorithm select_algorithm(Collective c, size_t bytes, int world, int num_hosts, LinkClass link,
-                           Algorithm requested, Algorithm forced) {
+                           Algorithm requested, Algorithm forced, size_t slot_bytes) {
+  const bool slots =
+      slot_bytes > 0 && bytes <= slot_bytes && world <= kMaxSlotWorld && num_hosts <= 1;
   if (requested != Algorithm::kAuto) {
     for (Algorithm a : algorithms_for(c)) {
-      if (a == requested) return a;
+      if (a == requested && (a != Algorithm::kSlots || slots)) return a;
+      if (a == requested) return by_size(c, bytes, world, link);
     }
     TDIST_THROW(InvalidArgument, collective_name(c), " cannot run algorithm ",
                 algorithm_name(requested), "; valid: ", algorithm_names(c));
   }
-  if (forced != Algorithm::kAuto) return forced;
+  if (forced != Algorithm::kAuto && (forced != Algorithm::kSlots || slots)) return forced;
   if (num_hosts > 1 && num_hosts < world && has_hierarchical(c)) return Algorithm::kHierarchical;
+  // Slots: one exchange with no message, where the Comm has them (selection.h).
+  if (slots && (c == Collective::kAllReduce || c == Collective::kBarrier)) return Algorithm::kSlots;
   return by_size(c, bytes, world, link);
 }
 

@@ -56,7 +56,12 @@ enum class Algorithm : uint8_t {
   kDissemination,      // barrier
   kHierarchical,       // all_reduce, broadcast, reduce, all_gather, reduce_scatter, barrier:
                        // phases inside each host and between hosts (hierarchy.h)
+  kSlots,              // all_reduce, barrier: every rank's vector through shared-memory
+                       // slots at once (Comm::slot_gather), reduced where it lies
 };
+
+// kSlots runs on at most this many ranks (each posts its vector once per peer).
+inline constexpr int kMaxSlotWorld = 8;
 
 // "all_reduce", "broadcast", ... and "auto", "ring", "halving_doubling", ...
 std::string_view collective_name(Collective c);
@@ -73,9 +78,12 @@ std::string algorithm_names(Collective c);
 // by links of class `link` (Topology::link; kUnknown selects as kTcp). A `requested`
 // algorithm other than kAuto wins (InvalidArgument when it cannot run `c`); then `forced`
 // (what TDIST_ALGO forces for `c`: CollectiveSettings::forced(c)); then the topology and
-// the thresholds.
+// the thresholds. `slot_bytes`: the Comm's slots for these buffers (Comm::slot_bytes; 0
+// for device memory or a Comm without them): all_reduce and barrier on one host run
+// kSlots up to that many bytes and kMaxSlotWorld ranks, and kSlots requested or forced
+// where it cannot run gives way to the size's algorithm.
 Algorithm select_algorithm(Collective c, size_t bytes, int world, int num_hosts,
                            transport::LinkClass link, Algorithm requested = Algorithm::kAuto,
-                           Algorithm forced = Algorithm::kAuto);
+                           Algorithm forced = Algorithm::kAuto, size_t slot_bytes = 0);
 
 }  // namespace tdist::coll

@@ -41,6 +41,15 @@ class BackgroundThread {
 
 bool on_background_thread();
 
+// One spin of a polling loop: tells the core that this thread waits (x86 pause, arm yield).
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 // Cores this process may run on (its affinity mask).
 int usable_cores();
 // This process's affinity mask as a CPU list, e.g. "0-3,8".

@@ -23,6 +23,12 @@ RequestPtr Comm::irecv_any(uint64_t /*tag*/, void* /*data*/, size_t bytes) {
               " bytes from any rank: this Comm matches messages by their source only");
 }
 
+void Comm::slot_gather(uint64_t /*tag*/, const void* /*mine*/, size_t bytes,
+                       const void** /*blocks*/, Deadline /*deadline*/) {
+  TDIST_THROW(InvalidArgument, "rank ", rank(), ": slot_gather of ", bytes,
+              " bytes: this Comm has no slots (slot_bytes() is 0)");
+}
+
 RequestPtr Comm::irecv_any_device(uint64_t /*tag*/, void* /*data*/, size_t bytes) {
   TDIST_THROW(InvalidArgument, "rank ", rank(), ": irecv of ", bytes,
               " bytes of CUDA memory from any rank: this Comm does not receive device memory "

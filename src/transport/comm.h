@@ -176,6 +176,21 @@ class Comm {
   // ignore it.
   virtual void check_arrivals() {}
 
+  // Slots: a small all-gather among all ranks through memory they map (an Engine whose
+  // every peer is reached by shared memory: core/channel.h's slots), without messages, for
+  // the latency-bound collectives of every rank. slot_bytes(): the largest block, 0 when
+  // the Comm has none (the default; a ContextComm's), the same on every rank of a group.
+  // slot_gather: every rank calls it in the same order, within the running collective
+  // (begin_collective), with the same tag and bytes (<= slot_bytes()); blocks[r] then
+  // points at rank r's `bytes` (this rank's own copy of `mine` at blocks[rank()]), valid
+  // until this rank's next slot_gather. One call at a time per Comm. A rank whose tag,
+  // fingerprint or size differs is a DesyncError naming both; a peer that left, PeerError;
+  // the deadline, TimeoutError (the exchange cannot be resumed: the caller aborts); the
+  // Comm's abort reason as wait()'s.
+  virtual size_t slot_bytes() const { return 0; }
+  virtual void slot_gather(uint64_t tag, const void* mine, size_t bytes, const void** blocks,
+                           Deadline deadline);
+
   // Fails every pending and later request with `reason` (PeerError when null) and tells
   // the peers, so that they abort too. Idempotent; the first reason wins.
   virtual void abort(std::exception_ptr reason) = 0;

@@ -22,8 +22,10 @@ using tdist::testing::reference_reduce;
 
 class CommCollectivesTest : public CommTest {};
 
+// kSlots runs where the transport has slots (shm) and the vector fits; elsewhere the
+// size's algorithm stands in.
 constexpr coll::Algorithm kAlgos[] = {coll::Algorithm::kRing, coll::Algorithm::kHalvingDoubling,
-                                      coll::Algorithm::kRecursiveDoubling};
+                                      coll::Algorithm::kRecursiveDoubling, coll::Algorithm::kSlots};
 
 // Small counts for every combination; a large one (many rings' worth) for f32 sum.
 TEST_P(CommCollectivesTest, AllReduceEveryAlgorithmMatchesTheReference) {

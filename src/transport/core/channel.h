@@ -116,6 +116,27 @@ class Channel {
   // The device memory this channel also carries (see above), or null: a host channel.
   virtual DeviceChannel* device() { return nullptr; }
 
+  // Slots (shared memory; Engine::slot_gather): memory both ranks map, outside the byte
+  // stream, for the small exchanges of latency-bound collectives. Each direction has two
+  // slots: this rank's k-th exchange (`index` k, from 1, one more each time) goes in slot
+  // k % 2, which the peer has read by the time this rank read the peer's k - 1 (the core
+  // posts k only after that). slot_bytes(): the largest payload (0: no slots; the default).
+  // slot_post writes the payload and the header, publishes them, and wakes a peer whose
+  // core sleeps armed (arm()); slot_peek returns the peer's exchange `index` (its header in
+  // *header when not null) once it is published, else null; slot_own is this rank's own
+  // payload of exchange `index`. slot_post and slot_own from one thread at a time;
+  // slot_peek from any.
+  struct SlotHeader {
+    uint64_t tag = 0;
+    uint64_t w0 = 0;  // the fingerprint (wire.h)
+    uint64_t w1 = 0;
+    uint64_t bytes = 0;
+  };
+  virtual size_t slot_bytes() const { return 0; }
+  virtual void slot_post(uint64_t /*index*/, const SlotHeader& /*header*/, const void* /*data*/) {}
+  virtual const uint8_t* slot_peek(uint64_t /*index*/, SlotHeader* /*header*/) { return nullptr; }
+  virtual const uint8_t* slot_own(uint64_t /*index*/) { return nullptr; }
+
   // Sleeping (see above). want_write: this rank waits for room to write.
   virtual void arm(bool want_write) = 0;
   virtual void disarm() = 0;

@@ -23,14 +23,6 @@ constexpr auto kCloseTimeout = std::chrono::seconds(2);
 // A polling driver yields its core this often.
 constexpr auto kPollYieldEvery = std::chrono::microseconds(20);
 
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
 // The mark (peer.h) an abort notice of `error` begins with, if any.
 std::string mark_of(const std::exception_ptr& error) {
   try {
@@ -82,6 +74,7 @@ Engine::Engine(int rank, int size, std::vector<std::vector<std::unique_ptr<Chann
       peers_[peer] = std::make_unique<Peer>(rank, peer, std::move(channels[peer]), book_, any_);
     }
   }
+  init_slots();
 }
 
 Engine::~Engine() {
@@ -337,6 +330,47 @@ bool Engine::wait_unprobed(const Op& op, Deadline deadline) {
   return true;
 }
 
+bool Engine::wait_slot(int peer, uint64_t index, Deadline deadline) {
+  Channel& channel = *slot_channels_[static_cast<size_t>(peer)];
+  const Peer& from = *peers_[static_cast<size_t>(peer)];
+  auto posted = [&] { return channel.slot_peek(index, nullptr) != nullptr; };
+  auto done = [&] { return posted() || from.gone(); };
+  // A driver (this thread or another) wakes for the slot: sleep() re-checks it after arming
+  // the channels, and another thread's drive() tells this one when it is posted.
+  slot_wait_index_.store(index, std::memory_order_relaxed);
+  slot_wait_channel_.store(&channel, std::memory_order_seq_cst);
+  struct Clear {
+    std::atomic<Channel*>& channel;
+    ~Clear() { channel.store(nullptr, std::memory_order_relaxed); }
+  } clear{slot_wait_channel_};
+  while (!done() && !aborted_.load()) {
+    {
+      DriverLease lease(*this);
+      if (lease.held()) {
+        if (!drive(done, deadline) && deadline.expired()) break;
+        continue;
+      }
+    }
+    if (deadline.expired()) break;
+    MutexLock lock(wait_mu_);
+    sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    if (!done() && driving_.load(std::memory_order_seq_cst)) {
+      // Woken by the driver when the slot is posted (drive) or when it leaves; the bound
+      // covers a notice that raced this check.
+      const auto bound = Clock::now() + std::chrono::milliseconds(1);
+      wait_cv_.wait_until(wait_mu_, deadline.is_never() ? bound : std::min(bound, deadline.time()));
+    }
+    sleepers_.fetch_sub(1);
+  }
+  return posted();
+}
+
+bool Engine::slot_posted() const {
+  Channel* channel = slot_wait_channel_.load(std::memory_order_acquire);
+  return channel != nullptr &&
+         channel->slot_peek(slot_wait_index_.load(std::memory_order_relaxed), nullptr) != nullptr;
+}
+
 void Engine::try_progress(const Op& op) {
   DriverLease lease(*this);
   if (lease.held()) drive([&] { return op.done(); }, Deadline::after(Clock::duration::zero()));
@@ -347,7 +381,8 @@ bool Engine::drive(Done done, Deadline deadline) {
   idle_since_.reset();
   while (true) {
     Progress progress = progress_pass();
-    if (progress.completed > 0) notify_waiters();
+    // A slot_gather that waits on another thread counts as a waiter whose request completed.
+    if (progress.completed > 0 || slot_posted()) notify_waiters();
     if (idle_since_ && (progress.moved || progress.completed > 0)) {
       poll_budget_->record(Clock::now() - *idle_since_);  // polled, slept, now work came
       idle_since_.reset();
@@ -410,7 +445,7 @@ bool Engine::poll_channels(Done done, Deadline deadline) {
       }
     }
     if (done() || aborted_.load()) return true;  // completed by another thread
-    cpu_relax();
+    tdist::core::cpu_relax();
     if (spin % 8 != 0) continue;  // reading the clock costs as much as a look at the rings
     now = Clock::now();
     if (spin == 8) {
@@ -459,7 +494,7 @@ bool Engine::sleep(Deadline deadline) {
     if (peers_[r]) peers_[r]->prepare_sleep(&fds);
   }
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  bool ready = aborted_.load();
+  bool ready = aborted_.load() || slot_posted();  // the poster wakes an armed channel too
   for (auto& peer : peers_) {
     if (!ready && peer) ready = peer->ready();
   }

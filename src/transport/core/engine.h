@@ -24,6 +24,11 @@
 // Any source (comm.h): irecv_any's receives wait in an AnySourceQueue that every Peer
 // consults for its point-to-point messages (any_source.h says how the two kinds of receive
 // share them).
+// Slots (comm.h): where every peer's channel has slots (shm), slot_gather posts this
+// rank's block in each and reads the peers' there, with no Op, request or lock; a block
+// not there yet is waited for as a request is (polling, then sleeping in poll(), which the
+// poster wakes through the channel), while progress runs, so that a peer's message of
+// the running collective with another fingerprint is still a DesyncError as it arrives.
 // Failure: a channel's end of stream without a goodbye (the peer died), a broken channel,
 // or an abort notice aborts this Comm with PeerError (DesyncError for a desync, here or
 // told by the peer; TimeoutError when the peer aborted on a timeout) as soon as a driver
@@ -71,6 +76,9 @@ class Engine final : public Comm {
   RequestPtr irecv_any_device(uint64_t tag, void* data, size_t bytes) override;
   void begin_collective(uint64_t seq, const tdist::core::OpFingerprint& fp) override;
   void check_arrivals() override;
+  size_t slot_bytes() const override { return slot_bytes_; }
+  void slot_gather(uint64_t tag, const void* mine, size_t bytes, const void** blocks,
+                   Deadline deadline) override;
   void abort(std::exception_ptr reason) override;
   std::exception_ptr error() const override;
 
@@ -118,6 +126,19 @@ class Engine final : public Comm {
   void spread_context_abort(uint32_t context, const std::exception_ptr& reason);
   class DriverLease;
 
+  // Slots (comm.h; engine_slots.cc).
+  void init_slots();
+  // The peer's exchange `index` (its header in *header), once it is posted; throws when the
+  // Comm aborts, the peer leaves or the deadline passes first.
+  const uint8_t* await_slot(int peer, uint64_t tag, uint64_t index, Channel::SlotHeader* header,
+                            Deadline deadline);
+  // Drives progress (or sleeps while another thread drives) until the peer's first channel
+  // holds exchange `index`, the Comm aborts, the peer leaves or the deadline passes; true
+  // for the first.
+  bool wait_slot(int peer, uint64_t index, Deadline deadline);
+  // Whether the exchange a slot_gather waits for is posted (a driver wakes for it).
+  bool slot_posted() const;
+
   void check_args(const char* what, int peer, uint64_t tag, const void* data, size_t bytes) const;
   RequestPtr post_send(int peer, uint64_t tag, const void* data, size_t bytes, bool device);
   RequestPtr post_recv(int peer, uint64_t tag, void* data, size_t bytes, bool device);
@@ -157,6 +178,14 @@ class Engine final : public Comm {
   std::atomic<bool> aborted_{false};
   std::atomic<bool> destroying_{false};
   std::atomic<uint32_t> free_context_{1};  // 0 is the Engine's own
+  // Slots: each peer's first channel while every peer's has slots (else none), the
+  // smallest payload among them, the exchanges so far, and the one a slot_gather waits for.
+  std::vector<Channel*> slot_channels_;
+  size_t slot_bytes_ = 0;
+  uint64_t slot_index_ = 0;
+  int slot_looks_ = -1;  // quick looks before a slot wait; 0 where waiters may not poll
+  std::atomic<Channel*> slot_wait_channel_{nullptr};  // null: no slot_gather waits
+  std::atomic<uint64_t> slot_wait_index_{0};
 
   Mutex wait_mu_;
   CondVar wait_cv_;

@@ -104,6 +104,7 @@ class Peer {
   const char* kind() const { return lanes_.front().channel->kind(); }
   bool carries_device() const { return lanes_.front().channel->device() != nullptr; }
   size_t lane_count() const { return lanes_.size(); }
+  Channel& first_channel() { return *lanes_.front().channel; }  // its slots (Engine)
   bool connected() const { return lanes_.front().channel->connected(); }
   bool gone() const { return peer_gone_.load(std::memory_order_acquire); }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 
 #include "net/socket.h"
 #include "tdist/error.h"
@@ -157,6 +158,30 @@ void ShmChannel::publish_tail() {
       control->writer_sleeping.exchange(0, std::memory_order_acq_rel) != 0) {
     wake_peer();
   }
+}
+
+void ShmChannel::slot_post(uint64_t index, const SlotHeader& header, const void* data) {
+  Slot& slot = out_.slots->slot[index % 2];
+  if (header.bytes > 0) std::memcpy(slot.data, data, header.bytes);
+  slot.tag = header.tag;
+  slot.w0 = header.w0;
+  slot.w1 = header.w1;
+  slot.bytes = header.bytes;
+  slot.index.store(index, std::memory_order_release);
+  // As publish_head: the peer's core may sleep armed for this slot.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  RingControl* control = out_.control;
+  if (control->reader_sleeping.load(std::memory_order_relaxed) != 0 &&
+      control->reader_sleeping.exchange(0, std::memory_order_acq_rel) != 0) {
+    wake_peer();
+  }
+}
+
+const uint8_t* ShmChannel::slot_peek(uint64_t index, SlotHeader* header) {
+  const Slot& slot = in_.slots->slot[index % 2];
+  if (slot.index.load(std::memory_order_acquire) != index) return nullptr;
+  if (header != nullptr) *header = {slot.tag, slot.w0, slot.w1, slot.bytes};
+  return slot.data;
 }
 
 void ShmChannel::arm(bool want_write) {

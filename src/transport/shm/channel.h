@@ -6,6 +6,7 @@
 // side still writes it; read() copies out of the receive ring and publishes `tail` the
 // same way. Two memcpys per byte, no system call on the data path. Large messages go by
 // single copy instead where the kernel allows it (single_copy.h, core/wire.h).
+// Slots (channel.h): in each ring's slot area (ring.h), written by the ring's sender.
 // The socket carries only wake-up bytes ('w', ring.h's sleep protocol) and the end of the
 // stream: the peer shutting it down (goodbye or abort) or dying closes it. read() reports
 // the end of the stream only once the ring is empty, so what a dead peer wrote before it
@@ -40,6 +41,10 @@ class ShmChannel : public core::Channel {
   // The constructor's, while the kernel allows single copies (single_copy.h).
   size_t single_copy_bytes() const override;
   bool read_remote(void* dest, uint64_t remote_address, size_t bytes) override;
+  size_t slot_bytes() const override { return kSlotBytes; }
+  void slot_post(uint64_t index, const SlotHeader& header, const void* data) override;
+  const uint8_t* slot_peek(uint64_t index, SlotHeader* header) override;
+  const uint8_t* slot_own(uint64_t index) override { return out_.slots->slot[index % 2].data; }
   void arm(bool want_write) override;
   void disarm() override;
   pollfd poll_for(bool want_read, bool want_write) override;

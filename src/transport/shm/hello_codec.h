@@ -13,7 +13,8 @@
 namespace tdist::transport::shm {
 
 constexpr uint32_t kHelloMagic = 0x4d536474;  // "tdSM"
-constexpr uint16_t kProtocolVersion = 2;      // 2: 32-byte message headers (fingerprints)
+// 2: 32-byte message headers (fingerprints); 3: the slot area after the control page
+constexpr uint16_t kProtocolVersion = 3;
 
 struct Hello {
   HelloRoute route{kHelloMagic, kProtocolVersion};

@@ -18,6 +18,10 @@
 // blocks in poll(); the other side, after publishing its counter, issues a seq_cst fence
 // and clears a set flag, and whoever cleared it writes one wake byte to the pair's unix
 // socket. Either the sleeper sees the new counter or the publisher sees the flag.
+// Slots: after the control page comes the sender's two message slots (SlotArea), which
+// the core's small collective exchanges use instead of the byte stream (core/channel.h's
+// "Slots"): slot k % 2 holds the sender's k-th exchange, published by a release store of
+// its `index` after the payload and the header, and woken like head (reader_sleeping).
 // Thread-safety: the struct is shared between two processes; each field has one writer
 // (above); callers serialise each side with their own locks.
 #pragma once
@@ -31,7 +35,8 @@
 namespace tdist::transport::shm {
 
 inline constexpr uint64_t kRingMagic = 0x676e6952'4d536474ull;  // "tdSMRing"
-inline constexpr size_t kRingControlBytes = 4096;
+// The control page and the slot area: the data area starts here.
+inline constexpr size_t kRingControlBytes = 16384;
 inline constexpr size_t kRingAlign = 64;  // capacities are multiples of this
 // Smallest and largest data area accepted (TDIST_SHM_RING_BYTES is clamped to these).
 inline constexpr size_t kMinRingBytes = 4096;
@@ -49,7 +54,25 @@ struct alignas(64) RingControl {
   alignas(64) std::atomic<uint32_t> writer_sleeping;
   alignas(64) std::atomic<uint32_t> reader_sleeping;
 };
-static_assert(sizeof(RingControl) <= kRingControlBytes);
+static_assert(sizeof(RingControl) <= 4096);
+
+// Payload bytes of one slot.
+inline constexpr size_t kSlotBytes = 4096;
+
+// One slot: its header on a line of its own, then the payload.
+struct alignas(64) Slot {
+  std::atomic<uint64_t> index;  // the exchange it holds (from 1); stored last, with release
+  uint64_t tag;
+  uint64_t w0;  // the fingerprint's words (core/wire.h)
+  uint64_t w1;
+  uint64_t bytes;
+  alignas(64) uint8_t data[kSlotBytes];
+};
+
+struct SlotArea {
+  Slot slot[2];
+};
+static_assert(4096 + sizeof(SlotArea) <= kRingControlBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free &&
                   std::atomic<uint32_t>::is_always_lock_free,
               "shared-memory counters must be lock-free to work across processes");
@@ -57,6 +80,7 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free &&
 // A mapped ring as seen by one side. Plain pointers into a mapping owned elsewhere.
 struct RingView {
   RingControl* control = nullptr;
+  SlotArea* slots = nullptr;  // 4096 bytes after control
   uint8_t* data = nullptr;
   uint64_t capacity = 0;
 

@@ -315,7 +315,8 @@ Mapping::~Mapping() {
 RingView Mapping::ring() const {
   auto* base = static_cast<uint8_t*>(addr_);
   auto* control = reinterpret_cast<RingControl*>(base);
-  return RingView{control, base + kRingControlBytes, length_ - kRingControlBytes};
+  auto* slots = reinterpret_cast<SlotArea*>(base + 4096);
+  return RingView{control, slots, base + kRingControlBytes, length_ - kRingControlBytes};
 }
 
 std::vector<PeerLink> link_peers(Store& store, int rank, int size, const std::vector<bool>& peers,
