@@ -35,7 +35,7 @@ enum class OpKind : uint8_t {
   kReduceScatter,
   kAllToAll,
   kAllToAllv,
-  kBarrier,
+  kBarrier,  // the last (CommProcessGroup keeps a Work per kind)
 };
 
 struct OpFingerprint {

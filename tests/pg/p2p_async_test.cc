@@ -275,6 +275,15 @@ TEST(AsyncTest, WaitsAtOnceRunsTheCollectiveInsideTheCall) {
       WorkPtr w = pg.all_reduce(v.data(), v.size(), DType::kI32);
       EXPECT_TRUE(w->is_success()) << "not finished inside the call";
       EXPECT_EQ(v.back(), 3);
+      // Another of the same kind: the same finished Work (no Work is made per call), whose
+      // callbacks run at once; another kind has its own, named after it.
+      WorkPtr again = pg.all_reduce(v.data(), v.size(), DType::kI32);
+      EXPECT_EQ(again.get(), w.get());
+      EXPECT_EQ(v.back(), 6);
+      bool ran = false;
+      again->add_callback([&] { ran = true; });
+      EXPECT_TRUE(ran);
+      EXPECT_EQ(pg.barrier()->op(), "barrier");
       {
         const WaitsAtOnce off(false);
         EXPECT_FALSE(WaitsAtOnce::active());

@@ -173,6 +173,9 @@ void CollRunner::run_once() {
     op = tdist::ReduceOp::premul_sum(kPremulScale);
   const unsigned char* s = send_ptr();
   unsigned char* r = recv_.data();
+  // Blocking calls, as MPI_Allreduce and torch's synchronous ones: the collective may run
+  // inside the call (process_group.h's WaitsAtOnce).
+  const tdist::WaitsAtOnce at_once(coll_ != Coll::kSendRecv);
   switch (coll_) {
     case Coll::kAllReduce:
       pg_.all_reduce(s, r, l.count, d, op)->wait();

@@ -111,21 +111,40 @@ std::shared_ptr<ProcessGroup> CommProcessGroup::make_split_subgroup(std::shared_
 
 template <typename Run>
 WorkPtr CommProcessGroup::enqueue(uint64_t seq, Run run) {
-  // One block from this thread's cache: the Work holds the operation (a std::function
-  // over a reference stores it in place).
   if (device_) device_->order_after_caller();  // on the caller's thread (comm_device.h)
   // The fingerprint ProcessGroup numbered the call with (its call site included).
   const core::OpFingerprint& fp = issuing_fingerprint();
-  auto call = [this, fp, run = std::move(run)](uint64_t n, pg::QueuedWork& work) {
-    execute(n, fp, work, std::cref(run));
+  const char* op = core::op_kind_name(fp.kind);
+  // A caller that waits at once runs it itself when the queue is idle (WaitsAtOnce): a
+  // host operation here and now, with no Work to queue and poll.
+  const bool at_once = WaitsAtOnce::active() && ops_.reserve();
+  if (at_once && !device_) {
+    std::exception_ptr error;
+    {
+      const WaitsAtOnce off(false);  // what the operation's code issues is not the caller's
+      error = execute(seq, fp, op, nullptr, std::cref(run));
+    }
+    WorkPtr work;
+    if (error) {
+      work = completed_work(op, error);
+    } else {
+      WorkPtr& done = done_[static_cast<size_t>(fp.kind)];  // the reservation guards it
+      if (!done) done = completed_work(op);
+      work = done;
+    }
+    ops_.release();
+    return work;
+  }
+  // One block from this thread's cache: the Work holds the operation (a std::function
+  // over a reference stores it in place).
+  auto call = [this, fp, op, run = std::move(run)](uint64_t n, pg::QueuedWork& work) {
+    work.finish(execute(n, fp, op, &work, std::cref(run)));
   };
   using Call = pg::QueuedCall<decltype(call)>;
-  auto work =
-      std::allocate_shared<Call>(core::CachingAllocator<Call>(), core::op_kind_name(fp.kind),
-                                 weak_from_this(), ops_, std::move(call));
-  // A caller that waits at once runs it itself when the queue is idle (WaitsAtOnce):
-  // ProcessGroup polls the Work before the call returns.
-  if (WaitsAtOnce::active() && ops_.reserve()) {
+  auto work = std::allocate_shared<Call>(core::CachingAllocator<Call>(), op, weak_from_this(), ops_,
+                                         std::move(call));
+  // A device group's: ProcessGroup polls the Work, which runs it, before the call returns.
+  if (at_once) {
     work->run_on_poll(seq);
   } else {
     ops_.push(seq, work);
@@ -133,15 +152,15 @@ WorkPtr CommProcessGroup::enqueue(uint64_t seq, Run run) {
   return work;
 }
 
-void CommProcessGroup::execute(uint64_t seq, const core::OpFingerprint& fp, pg::QueuedWork& work,
-                               const std::function<void(const coll::Ctx&)>& run) {
-  auto where = [&] { return diag::describe(rank(), size(), backend_, work.op(), seq); };
+std::exception_ptr CommProcessGroup::execute(uint64_t seq, const core::OpFingerprint& fp,
+                                             const char* op, pg::QueuedWork* work,
+                                             const std::function<void(const coll::Ctx&)>& run) {
+  auto where = [&] { return diag::describe(rank(), size(), backend_, op, seq); };
   if (std::exception_ptr failed = comm_->error()) {
     if (std::exception_ptr settled = failure()) failed = settled;
     failed = diag::add_context(failed, where() + ": the group was aborted earlier: ");
     note_finished(seq, failed);
-    work.finish(failed);
-    return;
+    return failed;
   }
   note_started(seq);
   coll::Algorithm chosen = coll::Algorithm::kAuto;  // for the timeline
@@ -164,15 +183,15 @@ void CommProcessGroup::execute(uint64_t seq, const core::OpFingerprint& fp, pg::
         (fp.kind == core::OpKind::kBroadcast || fp.kind == core::OpKind::kScatter)) {
       comm_->check_arrivals();
     }
-    if (device_) work.set_cuda_event(device_->complete());
+    if (device_ && work != nullptr) work->set_cuda_event(device_->complete());
     note_finished(seq, nullptr, algorithm());
-    work.finish();
+    return nullptr;
   } catch (...) {
     std::exception_ptr error =
         settle(seq, diag::add_context(std::current_exception(), where() + ": "));
     comm_->abort(error);
     note_finished(seq, error, algorithm());
-    work.finish(error);
+    return error;
   }
 }
 

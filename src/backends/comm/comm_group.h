@@ -9,9 +9,9 @@
 // operation has not started, which runs the queued operations up to it itself, so the common
 // `all_reduce(...)->wait()` costs no hand-off between threads. Inside a WaitsAtOnce scope
 // (process_group.h) a collective issued while the queue is idle is not queued at all: the
-// queue is reserved for it and the issuing call runs it. Point-to-point operations go to the
-// transport directly from the calling thread and complete inside it; so do receives from any
-// source (transport::Comm::irecv_any).
+// queue is reserved for it and the issuing call runs it before it returns a finished Work.
+// Point-to-point operations go to the transport directly from the calling thread and complete
+// inside it; so do receives from any source (transport::Comm::irecv_any).
 //
 // Checks: each operation tells the Comm its fingerprint before it runs
 // (Comm::begin_collective), so ranks that call different operations, or the same one with
@@ -28,6 +28,7 @@
 // the worker and closes the transport.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <exception>
 #include <functional>
@@ -100,10 +101,16 @@ class CommProcessGroup : public ProcessGroup {
  private:
   // Queues the operation numbered `seq` (op_queue.h), checked by the fingerprint
   // ProcessGroup numbered it with (issuing_fingerprint()).
+  // A host group's caller that waits at once, with nothing queued or running, runs the
+  // operation inside the call instead and gets a finished Work (a shared one per
+  // operation on success: a finished Work never changes).
   template <typename Run>  // Run: void(const coll::Ctx&); defined in comm_group.cc
   WorkPtr enqueue(uint64_t seq, Run run);
-  void execute(uint64_t seq, const core::OpFingerprint& fp, pg::QueuedWork& work,
-               const std::function<void(const coll::Ctx&)>& run);
+  // Runs operation `seq` on this thread; returns its error (null: done). A device group's
+  // `work` gets the device's completion event before it finishes (null: none to set).
+  std::exception_ptr execute(uint64_t seq, const core::OpFingerprint& fp, const char* op,
+                             pg::QueuedWork* work,
+                             const std::function<void(const coll::Ctx&)>& run);
   // The error operation `seq` failed with, as the group reports it from now on: a
   // TimeoutError names the ranks that never arrived (status.h); a DesyncError is left in
   // the store for the peers; a PeerError becomes a DesyncError when a peer left one there
@@ -132,6 +139,9 @@ class CommProcessGroup : public ProcessGroup {
   // operation that overlaps two phases; it outlives ops_, whose worker lends it.
   core::HelperThread helper_;
   pg::OpQueue ops_;  // after comm_: stopped (drained) in the destructor, before comm_ goes
+  // The finished Work of each kind of operation run inside its call (enqueue), made once,
+  // by core::OpKind; touched only while the queue is reserved (OpQueue::reserve).
+  std::array<WorkPtr, static_cast<size_t>(core::OpKind::kBarrier) + 1> done_;
 };
 
 }  // namespace tdist::backends
