@@ -347,7 +347,12 @@ bool Engine::wait_slot(int peer, uint64_t index, Deadline deadline) {
     {
       DriverLease lease(*this);
       if (lease.held()) {
-        if (!drive(done, deadline) && deadline.expired()) break;
+        const auto start = Clock::now();
+        const bool arrived = drive(done, deadline);
+        // The block's arrival is no progress (drive records those): a wait within the
+        // polling limit lengthens the polling, a longer one shortens it (core/polling.h).
+        if (arrived && poll_budget_) poll_budget_->record(Clock::now() - start);
+        if (!arrived && deadline.expired()) break;
         continue;
       }
     }
