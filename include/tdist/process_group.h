@@ -64,7 +64,8 @@ class FlightRecorder;
 // `pg.all_reduce(...)->wait()`. A built-in group (tcp, shm, auto, cuda_ipc) then runs the
 // collective on this thread inside the call when none of its operations is queued or
 // running: no queue, no Work to hand over, no wake-up of its worker. It returns the Work
-// finished, and wait() rethrows its error as usual. Otherwise the collective is queued
+// finished (a host group the same finished Work for every successful call of a kind),
+// and wait() rethrows its error as usual. Otherwise the collective is queued
 // as outside a scope. Point-to-point calls are unchanged. Scopes nest;
 // WaitsAtOnce(false) turns it off within. Code that runs on this thread during the
 // operation (callbacks) issues as outside any scope.
