@@ -5,9 +5,9 @@
 // directly or not, from every other. kHierarchical (groups spanning hosts, hierarchy.h):
 // each host's ranks report to their leader, the leaders run the dissemination barrier,
 // each leader releases its host. kSlots (one host over shared memory, Comm::slot_gather):
-// every rank posts an empty block to every other and waits for theirs. Blocks the calling thread.
-// Failure: throws what the transport reports (PeerError, TimeoutError at ctx.deadline); the Comm is
-// then aborted.
+// every rank posts an empty block to every other and waits for theirs. Blocks the calling
+// thread. Failure: throws what the transport reports (PeerError, TimeoutError at
+// ctx.deadline); the Comm is then aborted.
 #pragma once
 
 #include "collectives/context.h"

@@ -168,6 +168,34 @@ TEST(Selection, EveryChoiceIsValid) {
   }
 }
 
+// Slots (selection.h): all_reduce up to the Comm's slot size and barrier, on one host, up to
+// kMaxSlotWorld ranks, only where the Comm has slots; a forced or requested kSlots that
+// cannot run gives way to the size's algorithm, and any other forced one wins.
+TEST(Selection, SlotsWhereTheCommHasThemAndTheVectorFits) {
+  constexpr size_t kSlot = 4096;
+  auto pick = [&](Collective c, size_t bytes, int world, int hosts, size_t slot,
+                  Algorithm requested = Algorithm::kAuto, Algorithm forced = Algorithm::kAuto) {
+    return select_algorithm(c, bytes, world, hosts, kShm, requested, forced, slot);
+  };
+  EXPECT_EQ(pick(Collective::kAllReduce, 8, 2, 1, kSlot), Algorithm::kSlots);
+  EXPECT_EQ(pick(Collective::kAllReduce, kSlot, kMaxSlotWorld, 1, kSlot), Algorithm::kSlots);
+  EXPECT_EQ(pick(Collective::kBarrier, 0, 3, 1, kSlot), Algorithm::kSlots);
+  EXPECT_EQ(pick(Collective::kAllReduce, kSlot + 1, 2, 1, kSlot), Algorithm::kRecursiveDoubling);
+  EXPECT_EQ(pick(Collective::kAllReduce, 8, kMaxSlotWorld + 1, 1, kSlot),
+            Algorithm::kRecursiveDoubling);
+  EXPECT_EQ(pick(Collective::kAllReduce, 8, 2, 1, 0), Algorithm::kRecursiveDoubling);
+  EXPECT_EQ(pick(Collective::kBarrier, 0, 2, 1, 0), Algorithm::kDissemination);
+  EXPECT_EQ(pick(Collective::kAllReduce, 8, 4, 2, kSlot), Algorithm::kHierarchical);
+  EXPECT_EQ(pick(Collective::kBroadcast, 8, 2, 1, kSlot), Algorithm::kBinomial);
+  EXPECT_EQ(pick(Collective::kAllReduce, 8, 2, 1, 0, Algorithm::kSlots),
+            Algorithm::kRecursiveDoubling);
+  EXPECT_EQ(pick(Collective::kAllReduce, 8, 2, 1, 0, Algorithm::kAuto, Algorithm::kSlots),
+            Algorithm::kRecursiveDoubling);
+  EXPECT_EQ(pick(Collective::kAllReduce, 8, 2, 1, kSlot, Algorithm::kAuto, Algorithm::kRing),
+            Algorithm::kRing);
+  EXPECT_THROW(pick(Collective::kBroadcast, 8, 2, 1, kSlot, Algorithm::kSlots), InvalidArgument);
+}
+
 TEST(Selection, GroupsSpanningHostsRunHierarchicalAtEverySize) {
   for (Collective c : {Collective::kAllReduce, Collective::kBroadcast, Collective::kReduce,
                        Collective::kAllGather, Collective::kReduceScatter, Collective::kBarrier}) {
