@@ -96,7 +96,8 @@ WorkPtr ProcessGroup::numbered(core::OpFingerprint fp, const SourceLocation& whe
   }
   // The caller waits at once (WaitsAtOnce): a backend may have left the operation to this
   // thread, which its Work's poll runs (pg::QueuedWork); outside issue_mu_, so that other
-  // threads issue meanwhile. Other Works are only tested.
+  // threads issue meanwhile. (A host CommProcessGroup runs it inside do_*, under issue_mu_,
+  // and returns it finished: no Work to make.) Other Works are only tested.
   if (WaitsAtOnce::active()) (void)work->is_completed();
   return work;
 }
