@@ -220,8 +220,8 @@ Algorithm select_algorithm(Collective c, size_t bytes, int world, int num_hosts,
       slot_bytes > 0 && bytes <= slot_bytes && world <= kMaxSlotWorld && num_hosts <= 1;
   if (requested != Algorithm::kAuto) {
     for (Algorithm a : algorithms_for(c)) {
-      if (a == requested && (a != Algorithm::kSlots || slots)) return a;
-      if (a == requested) return by_size(c, bytes, world, link);
+      if (a != requested) continue;
+      return a == Algorithm::kSlots && !slots ? by_size(c, bytes, world, link) : a;
     }
     TDIST_THROW(InvalidArgument, collective_name(c), " cannot run algorithm ",
                 algorithm_name(requested), "; valid: ", algorithm_names(c));

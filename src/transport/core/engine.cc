@@ -308,21 +308,31 @@ bool Engine::wait_for(const Op& op, Deadline deadline) {
 }
 
 bool Engine::wait_unprobed(const Op& op, Deadline deadline) {
-  while (!op.done()) {
+  return wait_until([&] { return op.done(); }, deadline, Clock::duration::zero());
+}
+
+template <typename Done>
+bool Engine::wait_until(Done done, Deadline deadline, Clock::duration recheck) {
+  while (!done()) {
     {
       DriverLease lease(*this);
-      if (lease.held()) return drive([&] { return op.done(); }, deadline);
+      if (lease.held()) return drive(done, deadline);
     }
     if (deadline.expired()) return false;
     MutexLock lock(wait_mu_);
     // Counted before the re-check, so that a completer or a leaving driver either sees a
     // sleeper (and notifies under the lock) or this thread sees what it did.
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
-    if (!op.done() && driving_.load(std::memory_order_seq_cst)) {
-      if (deadline.is_never()) {
+    if (!done() && driving_.load(std::memory_order_seq_cst)) {
+      Deadline until = deadline;
+      if (recheck > Clock::duration::zero()) {
+        const Deadline bound = Deadline::after(recheck);
+        if (deadline.is_never() || bound.time() < deadline.time()) until = bound;
+      }
+      if (until.is_never()) {
         wait_cv_.wait(wait_mu_);
       } else {
-        wait_cv_.wait_until(wait_mu_, deadline.time());
+        wait_cv_.wait_until(wait_mu_, until.time());
       }
     }
     sleepers_.fetch_sub(1);
@@ -333,8 +343,9 @@ bool Engine::wait_unprobed(const Op& op, Deadline deadline) {
 bool Engine::wait_slot(int peer, uint64_t index, Deadline deadline) {
   Channel& channel = *slot_channels_[static_cast<size_t>(peer)];
   const Peer& from = *peers_[static_cast<size_t>(peer)];
-  auto posted = [&] { return channel.slot_peek(index, nullptr) != nullptr; };
-  auto done = [&] { return posted() || from.gone(); };
+  auto done = [&] {
+    return channel.slot_peek(index, nullptr) != nullptr || from.gone() || aborted_.load();
+  };
   // A driver (this thread or another) wakes for the slot: sleep() re-checks it after arming
   // the channels, and another thread's drive() tells this one when it is posted.
   slot_wait_index_.store(index, std::memory_order_relaxed);
@@ -343,31 +354,8 @@ bool Engine::wait_slot(int peer, uint64_t index, Deadline deadline) {
     std::atomic<Channel*>& channel;
     ~Clear() { channel.store(nullptr, std::memory_order_relaxed); }
   } clear{slot_wait_channel_};
-  while (!done() && !aborted_.load()) {
-    {
-      DriverLease lease(*this);
-      if (lease.held()) {
-        const auto start = Clock::now();
-        const bool arrived = drive(done, deadline);
-        // The block's arrival is no progress (drive records those): a wait within the
-        // polling limit lengthens the polling, a longer one shortens it (core/polling.h).
-        if (arrived && poll_budget_) poll_budget_->record(Clock::now() - start);
-        if (!arrived && deadline.expired()) break;
-        continue;
-      }
-    }
-    if (deadline.expired()) break;
-    MutexLock lock(wait_mu_);
-    sleepers_.fetch_add(1, std::memory_order_seq_cst);
-    if (!done() && driving_.load(std::memory_order_seq_cst)) {
-      // Woken by the driver when the slot is posted (drive) or when it leaves; the bound
-      // covers a notice that raced this check.
-      const auto bound = Clock::now() + std::chrono::milliseconds(1);
-      wait_cv_.wait_until(wait_mu_, deadline.is_never() ? bound : std::min(bound, deadline.time()));
-    }
-    sleepers_.fetch_sub(1);
-  }
-  return posted();
+  // Asleep while another thread drives, a 1 ms bound covers a post that raced the re-check.
+  return wait_until(done, deadline, std::chrono::milliseconds(1));
 }
 
 bool Engine::slot_posted() const {
@@ -392,7 +380,12 @@ bool Engine::drive(Done done, Deadline deadline) {
       poll_budget_->record(Clock::now() - *idle_since_);  // polled, slept, now work came
       idle_since_.reset();
     }
-    if (done()) return true;
+    if (done()) {
+      // Polled, slept, and the wait ended with no progress of this thread's (a request
+      // completed elsewhere, a slot posted): judged as work that came.
+      if (idle_since_) poll_budget_->record(Clock::now() - *idle_since_);
+      return true;
+    }
     if (aborted_.load()) return done();
     if (progress.moved) continue;
     if (poll_channels(done, deadline)) continue;
@@ -449,7 +442,10 @@ bool Engine::poll_channels(Done done, Deadline deadline) {
         return true;
       }
     }
-    if (done() || aborted_.load()) return true;  // completed by another thread
+    if (done() || aborted_.load()) {  // completed by another thread, or a slot posted
+      poll_budget_->record(now - start);
+      return true;
+    }
     tdist::core::cpu_relax();
     if (spin % 8 != 0) continue;  // reading the clock costs as much as a look at the rings
     now = Clock::now();

@@ -133,8 +133,7 @@ class Engine final : public Comm {
   const uint8_t* await_slot(int peer, uint64_t tag, uint64_t index, Channel::SlotHeader* header,
                             Deadline deadline);
   // Drives progress (or sleeps while another thread drives) until the peer's first channel
-  // holds exchange `index`, the Comm aborts, the peer leaves or the deadline passes; true
-  // for the first.
+  // holds exchange `index`, the Comm aborts, the peer leaves or the deadline passes (false).
   bool wait_slot(int peer, uint64_t index, Deadline deadline);
   // Whether the exchange a slot_gather waits for is posted (a driver wakes for it).
   bool slot_posted() const;
@@ -148,6 +147,11 @@ class Engine final : public Comm {
   void completed_elsewhere(const Progress& progress);
   // The driver's loop: progress, else sleep, until done() or the deadline (false then).
   bool wait_unprobed(const Op& op, Deadline deadline);  // wait_for without the probe
+  // Until done() or the deadline (false then): as the driver while this thread can take the
+  // role, else asleep until the driver notifies or leaves, or `recheck` (when not zero)
+  // passes.
+  template <typename Done>
+  bool wait_until(Done done, Deadline deadline, Clock::duration recheck);
   template <typename Done>
   bool drive(Done done, Deadline deadline);
   Progress progress_pass();

@@ -54,7 +54,9 @@ struct alignas(64) RingControl {
   alignas(64) std::atomic<uint32_t> writer_sleeping;
   alignas(64) std::atomic<uint32_t> reader_sleeping;
 };
-static_assert(sizeof(RingControl) <= 4096);
+// Where the slot area starts: the control page's end.
+inline constexpr size_t kSlotAreaOffset = 4096;
+static_assert(sizeof(RingControl) <= kSlotAreaOffset);
 
 // Payload bytes of one slot.
 inline constexpr size_t kSlotBytes = 4096;
@@ -72,7 +74,7 @@ struct alignas(64) Slot {
 struct SlotArea {
   Slot slot[2];
 };
-static_assert(4096 + sizeof(SlotArea) <= kRingControlBytes);
+static_assert(kSlotAreaOffset + sizeof(SlotArea) <= kRingControlBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free &&
                   std::atomic<uint32_t>::is_always_lock_free,
               "shared-memory counters must be lock-free to work across processes");
@@ -80,7 +82,7 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free &&
 // A mapped ring as seen by one side. Plain pointers into a mapping owned elsewhere.
 struct RingView {
   RingControl* control = nullptr;
-  SlotArea* slots = nullptr;  // 4096 bytes after control
+  SlotArea* slots = nullptr;  // kSlotAreaOffset bytes after control
   uint8_t* data = nullptr;
   uint64_t capacity = 0;
 

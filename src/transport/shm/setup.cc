@@ -315,7 +315,7 @@ Mapping::~Mapping() {
 RingView Mapping::ring() const {
   auto* base = static_cast<uint8_t*>(addr_);
   auto* control = reinterpret_cast<RingControl*>(base);
-  auto* slots = reinterpret_cast<SlotArea*>(base + 4096);
+  auto* slots = reinterpret_cast<SlotArea*>(base + kSlotAreaOffset);
   return RingView{control, slots, base + kRingControlBytes, length_ - kRingControlBytes};
 }
 
